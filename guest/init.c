@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * ukl-init: PID 1 of every UKL image.
+ *
+ * Mounts /proc, /sys, /dev and /tmp, brings up loopback, sets the hostname,
+ * starts the application named in /etc/ukl/app as a child with the
+ * arguments in /etc/ukl/args (NUL-separated, supplied by `ukl run`), reaps
+ * every child until the application exits, and reports its status:
+ *   - as "status N" on /dev/ttyS1, the host's status channel;
+ *   - by writing to QEMU's isa-debug-exit port, which ends the VM.
+ * N is the exit status, or 128+signal when the application was killed.
+ * The application is never PID 1, so its crash is a status, not a panic.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/io.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/reboot.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define DEBUG_EXIT_PORT 0xf4
+#define MAX_ARGS 1024
+
+static void say(const char *fmt, const char *arg)
+{
+	fprintf(stderr, "ukl-init: ");
+	fprintf(stderr, fmt, arg);
+	fputc('\n', stderr);
+}
+
+static void mount_or_warn(const char *src, const char *dst, const char *type,
+			  const char *opts)
+{
+	mkdir(dst, 0755);
+	if (mount(src, dst, type, 0, opts) && errno != EBUSY)
+		say("cannot mount %s", dst);
+}
+
+static void loopback_up(void)
+{
+	struct ifreq ifr = { .ifr_name = "lo" };
+	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	if (s < 0)
+		return;
+	if (ioctl(s, SIOCGIFFLAGS, &ifr) == 0) {
+		ifr.ifr_flags |= IFF_UP;
+		if (ioctl(s, SIOCSIFFLAGS, &ifr))
+			say("cannot bring up %s", "lo");
+	}
+	close(s);
+}
+
+/* Read a whole small file; returns its length or -1. */
+static ssize_t slurp(const char *path, char *buf, size_t size)
+{
+	ssize_t n, len = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -1;
+	while ((n = read(fd, buf + len, size - 1 - len)) > 0)
+		len += n;
+	close(fd);
+	buf[len] = 0;
+	return len;
+}
+
+static void report_and_exit(int code)
+{
+	char line[32];
+	int fd = open("/dev/ttyS1", O_WRONLY | O_NOCTTY | O_CLOEXEC);
+
+	fprintf(stderr, "ukl-init: application exited with status %d\n", code);
+	if (fd >= 0) {
+		snprintf(line, sizeof(line), "status %d\n", code);
+		if (write(fd, line, strlen(line)) < 0)
+			say("cannot write the status to %s", "/dev/ttyS1");
+		close(fd);
+	}
+	sync();
+	if (ioperm(DEBUG_EXIT_PORT, 1, 1) == 0)
+		outb(code & 0x7f, DEBUG_EXIT_PORT);
+	/* No debug-exit device: reboot, which ends QEMU under -no-reboot. */
+	reboot(RB_AUTOBOOT);
+	for (;;)
+		pause();
+}
+
+int main(void)
+{
+	static char app[4096], args[65536];
+	static char *argv[MAX_ARGS + 2];
+	char *envp[] = { "PATH=/bin:/sbin:/usr/bin:/usr/sbin", "HOME=/",
+			 "TERM=linux", "LANG=C", NULL };
+	ssize_t alen;
+	pid_t pid, w;
+	int status, argc = 0, fd;
+
+	mount_or_warn("devtmpfs", "/dev", "devtmpfs", NULL);
+	fd = open("/dev/console", O_RDWR | O_NOCTTY);
+	if (fd >= 0) {
+		dup2(fd, 0);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		if (fd > 2)
+			close(fd);
+	}
+	mount_or_warn("proc", "/proc", "proc", NULL);
+	mount_or_warn("sysfs", "/sys", "sysfs", NULL);
+	mount_or_warn("tmpfs", "/tmp", "tmpfs", "mode=1777");
+	loopback_up();
+	if (sethostname("ukl", 3))
+		say("cannot set the hostname%s", "");
+
+	if (slurp("/etc/ukl/app", app, sizeof(app)) <= 0) {
+		say("no application named in %s", "/etc/ukl/app");
+		report_and_exit(127);
+	}
+	app[strcspn(app, "\n")] = 0;
+	argv[argc++] = strrchr(app, '/') ? strrchr(app, '/') + 1 : app;
+	alen = slurp("/etc/ukl/args", args, sizeof(args));
+	for (char *p = args; alen > 0 && p < args + alen && argc <= MAX_ARGS;
+	     p += strlen(p) + 1)
+		argv[argc++] = p;
+	argv[argc] = NULL;
+
+	fprintf(stderr, "ukl-init: starting %s\n", app);
+	pid = fork();
+	if (pid < 0) {
+		say("fork failed: %s", strerror(errno));
+		report_and_exit(127);
+	}
+	if (pid == 0) {
+		setsid();
+		ioctl(0, TIOCSCTTY, 0);
+		execve(app, argv, envp);
+		fprintf(stderr, "ukl-init: cannot execute %s: %s\n", app,
+			strerror(errno));
+		_exit(errno == ENOENT ? 127 : 126);
+	}
+	for (;;) {
+		w = waitpid(-1, &status, 0);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0) {
+			say("lost the application: %s", strerror(errno));
+			report_and_exit(127);
+		}
+		if (w != pid)
+			continue;	/* an orphan re-parented to us */
+		if (WIFEXITED(status))
+			report_and_exit(WEXITSTATUS(status));
+		if (WIFSIGNALED(status))
+			report_and_exit(128 + WTERMSIG(status));
+	}
+}

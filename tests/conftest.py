@@ -1,0 +1,43 @@
+"""Shared fixtures: the ukl CLI and build results reused across test cases."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+UKL = REPO / "ukl"
+sys.path.insert(0, str(REPO / "tools"))
+
+
+def ukl(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess:
+    """Run ./ukl, capturing output (stderr folded in)."""
+    return subprocess.run([str(UKL), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def build(src: Path | list[Path], config: str, out: Path, *extra: str) -> Path:
+    srcs = src if isinstance(src, list) else [src]
+    res = ukl("build", *srcs, "--config", config, "-o", out, *extra)
+    assert res.returncode == 0, res.stdout
+    return out
+
+
+def assert_clean(log: Path) -> None:
+    from ukltool import logscan
+    bad = logscan.failure_lines(log.read_text(errors="replace"))
+    assert not bad, f"kernel failure lines in {log}: {bad}"
+
+
+@pytest.fixture(scope="session")
+def outdir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("images")
+
+
+@pytest.fixture(scope="session")
+def basics_linux(outdir) -> Path:
+    return build(REPO / "tests" / "apps" / "basics.c", "linux", outdir / "basics-linux")

@@ -1,0 +1,89 @@
+"""Unit tests of the logic that needs no VM."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from ukltool import cli, initramfs, kernel, logscan
+from ukltool.errors import UklError
+
+
+def test_failure_lines_find_panics_oopses_bugs_warnings():
+    log = "\n".join([
+        "Booting",
+        "ukl-init: starting /bin/app",
+        "BUG: kernel NULL pointer dereference, address: 0000000000000000",
+        "#PF: supervisor read access in kernel mode",
+        "WARNING: CPU: 0 PID: 1 at kernel/fork.c:10 foo+0x1/0x2",
+        "Kernel panic - not syncing: Fatal exception",
+    ])
+    bad = logscan.failure_lines(log)
+    assert bad == [log.splitlines()[2], log.splitlines()[4], log.splitlines()[5]]
+    assert len(logscan.failure_lines(log, context=1)) == 4
+
+
+def test_clean_log_has_no_failures():
+    assert logscan.failure_lines("Linux version 6.1\nukl-init: application exited with status 0\n") == []
+    # An application printing the word "warning" is not a kernel failure.
+    assert logscan.failure_lines("warning: disk almost full\nbugfix applied\n") == []
+
+
+def test_parse_status_takes_the_last_report():
+    assert logscan.parse_status("") is None
+    assert logscan.parse_status("status 7\n") == 7
+    assert logscan.parse_status("garbage\nstatus 1\nstatus 139\n") == 139
+
+
+def test_parse_fragment_and_mismatches():
+    frag = kernel.parse_fragment('CONFIG_A=y\n# CONFIG_B is not set\nCONFIG_S="x y"\n# comment\n')
+    assert frag == {"CONFIG_A": "y", "CONFIG_B": "n", "CONFIG_S": '"x y"'}
+    final = {"CONFIG_A": "y", "CONFIG_S": '"x y"'}
+    assert kernel.config_mismatches(frag, final) == []
+    assert kernel.config_mismatches({"CONFIG_C": "y"}, final) == ["CONFIG_C=y (got n)"]
+
+
+def test_known_configurations_and_unknown_one():
+    assert "linux" in kernel.config_names()
+    frags = kernel.fragments("linux")
+    assert frags[0].name == "vm-base.config" and frags[-1].name == "linux.config"
+    with pytest.raises(UklError, match="unknown configuration 'nope'"):
+        kernel.fragments("nope")
+
+
+def test_series_key_changes_with_content(tmp_path: Path):
+    a = tmp_path / "0001-a.patch"
+    a.write_text("one")
+    k1 = kernel.series_key([a])
+    a.write_text("two")
+    assert kernel.series_key([a]) != k1
+
+
+def test_initramfs_spec_lines(tmp_path: Path):
+    s = initramfs.runtime_skeleton().file("/bin/x", tmp_path / "x")
+    assert "nod /dev/console 0600 0 0 c 5 1" in s.lines
+    assert f"file /bin/x {tmp_path / 'x'} 0755 0 0" in s.lines
+    with pytest.raises(UklError, match="white space"):
+        initramfs.Spec().file("/a", Path("/tmp/has space"))
+
+
+def test_forward_and_timeout_arguments():
+    assert cli._forward("5555:6666") == (5555, 6666)
+    for bad in ("5555", "a:b", "0:1", "1:70000"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            cli._forward(bad)
+    with pytest.raises(argparse.ArgumentTypeError):
+        cli._positive("-1")
+
+
+def test_cli_reports_user_errors_without_traceback(tmp_path: Path, capsys):
+    assert cli.main(["build", str(tmp_path / "missing.c")]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and "Traceback" not in err
+    assert cli.main(["run", str(tmp_path)]) == 2
+    assert "not a ukl build output" in capsys.readouterr().err
+    (tmp_path / "a.c").write_text("int main(){}")
+    assert cli.main(["build", str(tmp_path / "a.c"), "--config", "nope"]) == 2
+    assert "unknown configuration" in capsys.readouterr().err

@@ -1,0 +1,1 @@
+"""Host tooling for UKL, Unikernel Linux: sources, kernel builds, images, QEMU runs."""

@@ -1,0 +1,3 @@
+from ukltool.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,169 @@
+"""`ukl`: build and run applications linked into Linux (UKL)."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ukltool import image, initramfs, kernel, sources, ui, vm
+from ukltool.errors import UklError
+
+EPILOG_RUN = f"""exit status: the application's status; 128+N when it was killed by
+signal N; {vm.EXIT_TIMEOUT} on timeout; {vm.EXIT_KERNEL_FAILURE} when the kernel panicked, oopsed, hit BUG or
+WARNING (the lines are shown); {vm.EXIT_NO_STATUS} when the VM ended without reporting a status."""
+
+
+def _forward(text: str) -> tuple[int, int]:
+    try:
+        host, guest = (int(x) for x in text.split(":"))
+        if not (0 < host < 65536 and 0 < guest < 65536):
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not HOSTPORT:GUESTPORT (e.g. 5555:5555)") from None
+    return host, guest
+
+
+def _positive(text: str) -> float:
+    try:
+        v = float(text)
+        if v <= 0:
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a positive number of seconds") from None
+    return v
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ukl", description=__doc__,
+                                epilog="Run `ukl COMMAND --help` for each command.")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
+
+    b = sub.add_parser("build", help="build an application and a kernel into a bootable directory",
+                       description="Compile SOURCE files into an application, build the kernel for "
+                       "--config, and write a bootable result (bzImage, initramfs, manifest) to OUTDIR. "
+                       "--config linux builds an ordinary static binary on stock Linux (the baseline).")
+    b.add_argument("sources", nargs="+", type=Path, metavar="SOURCE", help="C source files")
+    b.add_argument("--config", default="linux", metavar="NAME",
+                   help=f"kernel configuration (one of: {', '.join(kernel.config_names())}; default linux)")
+    b.add_argument("-o", "--output", type=Path, default=Path("out"), metavar="OUTDIR",
+                   help="output directory (default: out)")
+    b.add_argument("--name", help="application name (default: the first source's stem)")
+
+    r = sub.add_parser("run", help="boot a build result in QEMU", epilog=EPILOG_RUN,
+                       description="Boot OUTDIR in QEMU, show the application's output and exit with its status.")
+    r.add_argument("outdir", type=Path, metavar="OUTDIR")
+    r.add_argument("--timeout", type=_positive, default=120.0, metavar="S", help="seconds (default 120)")
+    r.add_argument("--icount", action="store_true",
+                   help="deterministic time: -icount shift=0,sleep=off (1 guest ns = 1 instruction)")
+    r.add_argument("--append", action="append", default=[], metavar="ARGS", help="extra kernel command line")
+    r.add_argument("--forward", action="append", type=_forward, default=[], metavar="HOST:GUEST",
+                   help="forward 127.0.0.1:HOST on the host to GUEST in the guest (TCP)")
+    r.add_argument("--smp", type=int, default=2, help="virtual CPUs (default 2)")
+    r.add_argument("--log", type=Path, help="console log file (default OUTDIR/console.log)")
+    r.add_argument("-v", "--verbose", action="store_true", help="show the kernel's boot messages")
+    r.add_argument("args", nargs="*", metavar="ARGS",
+                   help="the application's arguments (put them after --)")
+
+    k = sub.add_parser("kernel", help="the kernel tree and patch series",
+                       description="Work on the patched kernel tree in the cache.")
+    ks = k.add_subparsers(dest="kcmd", metavar="ACTION", required=True)
+    ks.add_parser("tree", help="apply the series and print the tree's path (a git repository)")
+    kb = ks.add_parser("build", help="build a kernel configuration")
+    kb.add_argument("--config", default="linux", metavar="NAME")
+    ks.add_parser("export", help="write the tree's commits since 'pristine' to kernel/patches")
+    ks.add_parser("reset", help="drop edits in the tree and re-apply kernel/patches")
+    ks.add_parser("checkpatch", help="run scripts/checkpatch.pl --strict on every patch")
+
+    sub.add_parser("sources", help="install, verify and unpack the pinned Linux and glibc sources")
+    sub.add_parser("configs", help="list kernel configurations")
+    return p
+
+
+def cmd_build(a: argparse.Namespace) -> int:
+    man = image.build(a.sources, a.config, a.output, a.name)
+    ui.info(f"built '{man.app}' for configuration '{man.config}' (kernel {man.kernel_release}) in {a.output}")
+    return 0
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    man = image.load(a.outdir)
+    _, tree = sources.linux_tree()
+    log = a.log or a.outdir / "console.log"
+    with tempfile.TemporaryDirectory(prefix="ukl-args-") as td:
+        extra = initramfs.args_archive(initramfs.gen_init_cpio(tree), a.args, Path(td))
+        res = vm.boot(vm.RunSpec(bzimage=a.outdir / "bzImage", initrds=[a.outdir / "initramfs.cpio", extra],
+                                 log=log, timeout=a.timeout, icount=a.icount, append=a.append,
+                                 forwards=a.forward, smp=a.smp, verbose=a.verbose))
+    if res.failures:
+        ui.err.print(f"[bold red]ukl: the kernel failed[/] (log: {log}):")
+        for line in res.failures[:40]:
+            ui.err.print(f"  {line}", markup=False)
+    elif res.timed_out:
+        ui.err.print(f"[bold red]ukl: timed out[/] after {a.timeout:.0f}s (log: {log})")
+    elif res.status is None:
+        ui.err.print(f"[bold red]ukl: the VM ended without reporting a status[/] (log: {log})")
+    return res.code
+
+
+def cmd_kernel(a: argparse.Namespace) -> int:
+    if a.kcmd == "tree":
+        _, tree = sources.linux_tree()
+        kernel.sync_tree(tree)
+        print(tree)
+    elif a.kcmd == "build":
+        img = kernel.build(a.config)
+        print(img.bzimage)
+    elif a.kcmd == "export":
+        names = kernel.export_series()
+        ui.info(f"wrote {len(names)} patches to kernel/patches")
+    elif a.kcmd == "reset":
+        print(kernel.reset_tree())
+    elif a.kcmd == "checkpatch":
+        return kernel.checkpatch()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Everything after the first "--" belongs to the application, whatever
+    # options come before it.
+    app_args: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, app_args = argv[:i], argv[i + 1:]
+    args = parser().parse_args(argv)
+    if hasattr(args, "args"):
+        args.args = args.args + app_args
+    elif app_args:
+        parser().error("arguments after -- are only taken by `ukl run`")
+    try:
+        if args.cmd == "build":
+            return cmd_build(args)
+        if args.cmd == "run":
+            return cmd_run(args)
+        if args.cmd == "kernel":
+            return cmd_kernel(args)
+        if args.cmd == "sources":
+            for fn in (sources.linux_tree, sources.glibc_tree):
+                src, tree = fn()
+                print(f"{src.pin.package} {src.version}: {tree}")
+            return 0
+        if args.cmd == "configs":
+            for n in kernel.config_names():
+                print(n)
+            return 0
+    except UklError as e:
+        ui.err.print(f"[bold red]ukl: error:[/] {e.message}", markup=True, highlight=False)
+        if e.hint:
+            ui.err.print(f"  hint: {e.hint}", markup=False)
+        return e.code
+    except KeyboardInterrupt:
+        ui.err.print("ukl: interrupted")
+        return 130
+    except subprocess.SubprocessError as e:
+        ui.err.print(f"ukl: error: {e}")
+        return 2
+    return 2

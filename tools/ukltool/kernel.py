@@ -1,0 +1,293 @@
+"""The patched kernel tree and per-configuration kernel builds.
+
+The tree is a git repository in the cache (see sources.py). The patch series
+in kernel/patches is turned into commits on top of `pristine` with git
+plumbing and a private index, and the work tree is then moved to the result
+with `git reset --hard`, which rewrites only files whose content changes, so
+an edit to one patch rebuilds incrementally.
+
+Developer workflow: edit and commit in the tree (`./ukl kernel tree` prints
+its path), build with `./ukl build` (an edited tree is built as it is), and
+`./ukl kernel export` writes the commits back to kernel/patches."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ukltool import sources, ui
+from ukltool.errors import UklError
+from ukltool.paths import CONFIG_DIR, PATCH_DIR, cache_dir
+from ukltool.proc import run, stream
+
+BASE_FRAGMENT = "vm-base.config"
+APPLIED_REF = "refs/ukl/applied"
+# Bump when the way kernels are configured or built changes.
+BUILD_LOGIC = "3"
+
+
+def config_names() -> list[str]:
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.config") if p.name != BASE_FRAGMENT)
+
+
+def fragments(name: str) -> list[Path]:
+    """vm-base.config, then the fragments named by `# ukl-extends: X` lines, then NAME."""
+    path = CONFIG_DIR / f"{name}.config"
+    if name == Path(BASE_FRAGMENT).stem or not path.is_file():
+        raise UklError(f"unknown configuration '{name}'",
+                       f"choose one of: {', '.join(config_names())} (fragments in {CONFIG_DIR})")
+    chain: list[Path] = []
+    for line in path.read_text().splitlines():
+        m = re.match(r"#\s*ukl-extends:\s*(\S+)", line)
+        if m:
+            chain += [f for f in fragments(m.group(1)) if f not in chain]
+    if not chain:
+        chain = [CONFIG_DIR / BASE_FRAGMENT]
+    return chain + [path]
+
+
+def parse_fragment(text: str) -> dict[str, str]:
+    """CONFIG_X=v lines and '# CONFIG_X is not set' lines (as 'n')."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        m = re.match(r"^(CONFIG_\w+)=(.*)$", line)
+        if m:
+            out[m.group(1)] = m.group(2)
+            continue
+        m = re.match(r"^# (CONFIG_\w+) is not set$", line)
+        if m:
+            out[m.group(1)] = "n"
+    return out
+
+
+def config_mismatches(wanted: dict[str, str], final: dict[str, str]) -> list[str]:
+    """Symbols a fragment asked for that the final .config does not have."""
+    bad = []
+    for sym, val in wanted.items():
+        got = final.get(sym, "n")
+        if got != val:
+            bad.append(f"{sym}={val} (got {got})")
+    return bad
+
+
+def series() -> list[Path]:
+    sfile = PATCH_DIR / "series"
+    if not sfile.is_file():
+        return []
+    out = []
+    for line in sfile.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        p = PATCH_DIR / line
+        if not p.is_file():
+            raise UklError(f"kernel/patches/series names {line}, which does not exist",
+                           "fix the series file or restore the patch")
+        out.append(p)
+    return out
+
+
+def series_key(patches: list[Path]) -> str:
+    h = hashlib.sha256()
+    for p in patches:
+        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _git(tree: Path, *args: str, env: dict[str, str] | None = None, what: str | None = None) -> str:
+    return run(["git", "-C", tree, *args], what=what or f"git {args[0]} in {tree}", env=env).strip()
+
+
+def _apply_series(tree: Path, patches: list[Path]) -> str:
+    """Commit the series onto `pristine` without touching the work tree; return the tip."""
+    gitdir = tree / ".git"
+    idx = gitdir / "ukl-apply.index"
+    env = dict(os.environ, GIT_INDEX_FILE=str(idx), **sources.GIT_ID)
+    _git(tree, "read-tree", "pristine", env=env)
+    tip = _git(tree, "rev-parse", "pristine^{commit}")
+    with tempfile.TemporaryDirectory() as td:
+        for p in patches:
+            msg, body = Path(td) / "msg", Path(td) / "patch"
+            info = run(["git", "-C", tree, "mailinfo", msg, body], input=p.read_bytes(),
+                       what=f"reading {p.name}")
+            fields = dict(l.split(": ", 1) for l in info.splitlines() if ": " in l)
+            try:
+                run(["git", "-C", tree, "apply", "--cached", "--whitespace=nowarn", body], env=env,
+                    what=f"applying kernel patch {p.name}")
+            except UklError as e:
+                raise UklError(f"kernel patch {p.name} does not apply: {e.message}",
+                               "fix the patch (the file and hunk are named above), or edit the tree "
+                               "and run `./ukl kernel export`") from None
+            tree_id = _git(tree, "write-tree", env=env)
+            cenv = dict(env, GIT_AUTHOR_NAME=fields.get("Author", "ukl"),
+                        GIT_AUTHOR_EMAIL=fields.get("Email", "ukl@localhost"),
+                        GIT_AUTHOR_DATE=fields.get("Date", sources.GIT_ID["GIT_AUTHOR_DATE"]))
+            message = fields.get("Subject", p.stem) + "\n\n" + msg.read_text()
+            tip = run(["git", "-C", tree, "commit-tree", tree_id, "-p", tip, "-F", "-"],
+                      env=cenv, input=message.encode(), what="git commit-tree").strip()
+    idx.unlink(missing_ok=True)
+    return tip
+
+
+def _dirty(tree: Path) -> bool:
+    return bool(_git(tree, "status", "--porcelain", "--untracked-files=no"))
+
+
+def sync_tree(tree: Path) -> str:
+    """Bring the tree to the series; return a key for its content.
+
+    An edited tree (commits on top of the applied series, or uncommitted
+    changes) is built as it is, with a notice; it is only moved when it is
+    unedited."""
+    patches = series()
+    key = series_key(patches)
+    key_file = tree / ".git" / "ukl-series-key"
+    head = _git(tree, "rev-parse", "HEAD")
+    applied = run(["git", "-C", tree, "rev-parse", "-q", "--verify", APPLIED_REF]).strip() \
+        if (tree / ".git" / APPLIED_REF).exists() else _git(tree, "rev-parse", "pristine^{commit}")
+    edited = head != applied or _dirty(tree)
+    old_key = key_file.read_text().strip() if key_file.is_file() else None
+    if edited:
+        if old_key != key:
+            raise UklError(f"the kernel tree {tree} has local edits and kernel/patches changed too",
+                           "save the edits with `./ukl kernel export` or drop them with `./ukl kernel reset`")
+        ui.warn(f"building the edited kernel tree {tree}; `./ukl kernel export` saves it to kernel/patches")
+        diff = run(["git", "-C", tree, "diff", "HEAD"])
+        return hashlib.sha256((head + diff).encode()).hexdigest()
+    if old_key != key:
+        with ui.step(f"applying {len(patches)} kernel patches"):
+            tip = _apply_series(tree, patches)
+            _git(tree, "update-ref", APPLIED_REF, tip)
+            _git(tree, "reset", "-q", "--hard", tip)
+            key_file.write_text(key + "\n")
+    return key
+
+
+def reset_tree() -> Path:
+    _, tree = sources.linux_tree()
+    (tree / ".git" / "ukl-series-key").unlink(missing_ok=True)
+    base = _git(tree, "rev-parse", "pristine^{commit}")
+    _git(tree, "update-ref", APPLIED_REF, base)
+    _git(tree, "reset", "-q", "--hard", base)
+    sync_tree(tree)
+    return tree
+
+
+def export_series() -> list[str]:
+    """Write the tree's commits since `pristine` to kernel/patches."""
+    _, tree = sources.linux_tree()
+    if _dirty(tree):
+        raise UklError(f"the kernel tree {tree} has uncommitted changes",
+                       "commit them (one logical change per commit) before exporting")
+    with tempfile.TemporaryDirectory() as td:
+        _git(tree, "format-patch", "-q", "--zero-commit", "--no-signature", "-o", td, "pristine..HEAD")
+        new = sorted(Path(td).glob("*.patch"))
+        for old in PATCH_DIR.glob("*.patch"):
+            old.unlink()
+        PATCH_DIR.mkdir(parents=True, exist_ok=True)
+        for p in new:
+            shutil.copy(p, PATCH_DIR / p.name)
+    (PATCH_DIR / "series").write_text("".join(p.name + "\n" for p in new))
+    head = _git(tree, "rev-parse", "HEAD")
+    _git(tree, "update-ref", APPLIED_REF, head)
+    (tree / ".git" / "ukl-series-key").write_text(series_key(series()) + "\n")
+    return [p.name for p in new]
+
+
+@dataclass(frozen=True)
+class KernelImage:
+    config: str
+    key: str
+    bzimage: Path
+    vmlinux: Path
+    release: str
+
+
+def _make_progress(st: ui.Step):
+    def on_line(line: str) -> None:
+        m = re.match(r"^\s+([A-Z]+\S*)\s+(\S+)", line)
+        if m:
+            st.update(f"{m.group(1)} {m.group(2)}")
+    return on_line
+
+
+def configure(tree: Path, bdir: Path, name: str) -> None:
+    frags = fragments(name)
+    wanted: dict[str, str] = {}
+    for f in frags:
+        wanted.update(parse_fragment(f.read_text()))
+    cfg_key = hashlib.sha256(b"".join(f.read_bytes() for f in frags) + BUILD_LOGIC.encode()).hexdigest()
+    key_file = bdir / ".ukl-config-key"
+    if key_file.is_file() and key_file.read_text().strip() == cfg_key and (bdir / ".config").is_file():
+        return
+    bdir.mkdir(parents=True, exist_ok=True)
+    allconfig = bdir / ".ukl-allconfig"
+    allconfig.write_text("".join(f"# from {f.name}\n{f.read_text()}\n" for f in frags))
+    env = dict(os.environ, KCONFIG_ALLCONFIG=str(allconfig))
+    # allnoconfig rewrites .config; kconfig then touches only the changed
+    # symbols' dependency files, so an unchanged result rebuilds nothing.
+    run(["make", "-s", "-C", tree, f"O={bdir}", "allnoconfig"], env=env, what=f"configuring kernel '{name}'")
+    final = parse_fragment((bdir / ".config").read_text())
+    bad = config_mismatches(wanted, final)
+    if bad:
+        raise UklError(f"kernel configuration '{name}' could not set: " + ", ".join(bad),
+                       "a dependency is missing or the symbol does not exist; fix the fragments in kernel/configs")
+    key_file.write_text(cfg_key + "\n")
+
+
+def build(name: str, extra_key: str = "", make_vars: dict[str, str] | None = None) -> KernelImage:
+    """Build the kernel for configuration NAME (cached by content)."""
+    src, tree = sources.linux_tree()
+    tree_key = sync_tree(tree)
+    frags = fragments(name)
+    h = hashlib.sha256()
+    for part in (src.version, tree_key, BUILD_LOGIC, extra_key, repr(sorted((make_vars or {}).items()))):
+        h.update(part.encode() + b"\0")
+    for f in frags:
+        h.update(f.read_bytes())
+    key = h.hexdigest()[:16]
+    out = cache_dir() / "kernels" / f"{name}-{key}"
+    if (out / "bzImage").is_file():
+        return KernelImage(name, key, out / "bzImage", out / "vmlinux", (out / "release").read_text().strip())
+    bdir = cache_dir() / "build" / name
+    configure(tree, bdir, name)
+    jobs = str(os.cpu_count() or 2)
+    with ui.step(f"building kernel '{name}'") as st:
+        stream(["make", "-C", tree, f"O={bdir}", f"-j{jobs}", "LOCALVERSION=", "bzImage",
+                *(f"{k}={v}" for k, v in (make_vars or {}).items())],
+               bdir / "ukl-build.log", _make_progress(st), what=f"kernel build '{name}'",
+               hint=f"see the log; the build directory is {bdir}")
+    release = (bdir / "include" / "config" / "kernel.release").read_text().strip()
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    shutil.copy(bdir / "arch" / "x86" / "boot" / "bzImage", tmp / "bzImage")
+    shutil.copy(bdir / "vmlinux", tmp / "vmlinux")
+    shutil.copy(bdir / "System.map", tmp / "System.map")
+    (tmp / "release").write_text(release + "\n")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return KernelImage(name, key, out / "bzImage", out / "vmlinux", release)
+
+
+def checkpatch() -> int:
+    """scripts/checkpatch.pl --strict on every patch; non-zero if any has errors."""
+    _, tree = sources.linux_tree()
+    worst = 0
+    for p in series():
+        res = subprocess.run([str(tree / "scripts" / "checkpatch.pl"), "--strict", "--no-tree",
+                              "--terse", "--show-types", str(p)], capture_output=True, text=True)
+        errors = [l for l in res.stdout.splitlines() if ": ERROR:" in l]
+        ui.info(f"{p.name}: {len(errors)} errors")
+        for l in res.stdout.splitlines():
+            if ": ERROR:" in l or ": WARNING:" in l or ": CHECK:" in l:
+                print("  " + l)
+        worst = max(worst, 1 if errors else 0)
+    return worst

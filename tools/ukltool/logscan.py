@@ -1,0 +1,33 @@
+"""Recognising kernel failures in a console log."""
+
+from __future__ import annotations
+
+import re
+
+# What Linux prints when it panics, oopses, hits BUG() or WARN().
+FAILURE = re.compile(
+    r"Kernel panic - not syncing|\bOops\b|\bBUG:|kernel BUG at|\bWARNING:|"
+    r"general protection fault|Unable to handle kernel|double fault:|"
+    r"\bstack segment:|Call Trace:")
+
+
+def failure_lines(log: str, context: int = 0) -> list[str]:
+    """Lines (with `context` following lines) that show a kernel failure."""
+    lines = log.splitlines()
+    picked: list[str] = []
+    seen: set[int] = set()
+    for i, line in enumerate(lines):
+        if FAILURE.search(line):
+            for j in range(i, min(len(lines), i + 1 + context)):
+                if j not in seen:
+                    seen.add(j)
+                    picked.append(lines[j])
+    return picked
+
+
+def parse_status(text: str) -> int | None:
+    """The application's status from the status channel ("status N")."""
+    m = None
+    for m in re.finditer(r"^status (\d+)$", text, re.M):
+        pass
+    return int(m.group(1)) if m else None

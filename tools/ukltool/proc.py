@@ -1,0 +1,49 @@
+"""Running host commands with readable failures."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Callable, Sequence
+
+from ukltool.errors import UklError
+
+
+def need_tool(name: str, package: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise UklError(f"host tool '{name}' is missing", f"install it with `apt-get install {package}` or run `make demo`")
+    return path
+
+
+def run(cmd: Sequence[str | Path], *, cwd: Path | None = None, what: str | None = None,
+        env: dict[str, str] | None = None, input: bytes | None = None) -> str:
+    """Run a command, return stdout; on failure raise UklError with its output tail."""
+    try:
+        res = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, input=input,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except FileNotFoundError as e:
+        raise UklError(f"cannot run {cmd[0]}: {e.strerror}", "run `make demo` to install host dependencies") from None
+    if res.returncode != 0:
+        tail = (res.stdout + res.stderr).decode(errors="replace").strip().splitlines()[-25:]
+        raise UklError(f"{what or ' '.join(map(str, cmd[:3]))} failed (exit {res.returncode}):\n  " + "\n  ".join(tail))
+    return res.stdout.decode(errors="replace")
+
+
+def stream(cmd: Sequence[str | Path], log: Path, on_line: Callable[[str], None], *,
+           cwd: Path | None = None, what: str, hint: str | None = None) -> None:
+    """Run a long command, writing all output to `log` and feeding lines to on_line."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as fh:
+        p = subprocess.Popen([str(c) for c in cmd], cwd=cwd, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, errors="replace")
+        assert p.stdout is not None
+        for line in p.stdout:
+            fh.write(line)
+            on_line(line.rstrip("\n"))
+        rc = p.wait()
+    if rc != 0:
+        lines = log.read_text(errors="replace").splitlines()
+        errs = [l for l in lines if "error" in l.lower() or "Error" in l][-15:] or lines[-25:]
+        raise UklError(f"{what} failed (exit {rc}); full log: {log}\n  " + "\n  ".join(errs), hint)
