@@ -6,8 +6,12 @@ import hashlib
 import re
 from pathlib import Path
 
+from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
+
+from ukltool import redzone
 from ukltool.errors import UklError
-from ukltool.paths import GUEST_DIR, cache_dir
+from ukltool.paths import GUEST_DIR, KERNEL_DIR, cache_dir
 from ukltool.proc import need_tool, run
 
 CFLAGS = ["-O2", "-g", "-Wall"]
@@ -34,10 +38,15 @@ def default_name(sources: list[Path]) -> str:
     return name or "app"
 
 
-def build_static(sources: list[Path], out: Path, extra: list[str] | None = None) -> None:
-    """An ordinary static binary against the host's glibc (the `linux` baseline)."""
+FREESTANDING = ["-nostdlib", "-ffreestanding", "-fno-stack-protector", "-fno-builtin"]
+
+
+def build_static(sources: list[Path], out: Path, freestanding: bool = False) -> None:
+    """An ordinary static binary (the `linux` baseline): against the host's
+    glibc, or without any C library."""
     cc = need_tool("gcc", "gcc")
-    run([cc, *CFLAGS, "-static", *(extra or []), "-o", out, *sources, "-lpthread"],
+    libs = [] if freestanding else ["-lpthread"]
+    run([cc, *CFLAGS, "-static", *(FREESTANDING if freestanding else []), "-o", out, *sources, *libs],
         what=f"compiling {', '.join(s.name for s in sources)}")
 
 
@@ -52,3 +61,64 @@ def init_binary() -> Path:
         build_static([src], tmp)
         tmp.rename(out)
     return out
+
+
+# Code that runs in ring 0 inside the kernel image: the kernel's code model,
+# no red zone, no PIE. Without a C library (yet) the application is
+# freestanding and gets __UKL__ to choose its system call path.
+UKL_CFLAGS = ["-mcmodel=kernel", "-mno-red-zone", "-fno-pie", "-fno-pic", "-ffreestanding",
+              "-fno-stack-protector", "-fno-asynchronous-unwind-tables", "-fcf-protection=none",
+              "-D__UKL__"]
+UKL_PREFIX = "ukl_"
+
+
+def _symbols(obj: Path) -> tuple[set[str], set[str]]:
+    """(defined global symbols, undefined symbols) of a relocatable object."""
+    defined, undefined = set(), set()
+    with open(obj, "rb") as fh:
+        for sec in ELFFile(fh).iter_sections():
+            if not isinstance(sec, SymbolTableSection):
+                continue
+            for sym in sec.iter_symbols():
+                if not sym.name or sym["st_info"]["type"] in ("STT_SECTION", "STT_FILE"):
+                    continue
+                if sym["st_shndx"] == "SHN_UNDEF":
+                    undefined.add(sym.name)
+                elif sym["st_info"]["bind"] != "STB_LOCAL":
+                    defined.add(sym.name)
+    return defined, undefined
+
+
+def build_ukl_object(sources: list[Path], out: Path, workdir: Path, extra: list[str] | None = None) -> None:
+    """Compile and pre-link the application for linking into vmlinux.
+
+    The result has only .ukl.* sections, every symbol prefixed with ukl_,
+    and refers to nothing but the kernel's ukl_* entry points."""
+    cc = need_tool("gcc", "gcc")
+    objs = []
+    for i, src in enumerate(sources):
+        obj = workdir / f"{i}-{src.stem}.o"
+        run([cc, *CFLAGS, *UKL_CFLAGS, "-fno-builtin", *(extra or []), "-c", "-o", obj, src],
+            what=f"compiling {src.name} for UKL")
+        objs.append(obj)
+    bad = [f for o in objs for f in redzone.check_object(o)]
+    if bad:
+        raise UklError("objects that use the red zone cannot run in ring 0:\n  " + "\n  ".join(bad),
+                       "compile them with -mno-red-zone")
+    prelinked = workdir / "prelinked.o"
+    run(["ld", "-r", "-d", "-T", KERNEL_DIR / "ukl-app.lds", "-o", prelinked, *objs],
+        what="pre-linking the application")
+    defined, undefined = _symbols(prelinked)
+    if "_start" not in defined:
+        raise UklError("the application defines no _start", "a UKL application needs an entry point _start")
+    foreign = sorted(u for u in undefined if not u.startswith(UKL_PREFIX))
+    if foreign:
+        raise UklError("the application refers to symbols it does not define: " + ", ".join(foreign),
+                       "define them or link the library that does; only the kernel's ukl_* entry points "
+                       "are provided")
+    prefixed = workdir / "prefixed.o"
+    run(["objcopy", f"--prefix-symbols={UKL_PREFIX}", prelinked, prefixed],
+        what="prefixing the application's symbols")
+    # The kernel's entry points keep their names.
+    run(["objcopy", *(f"--redefine-sym={UKL_PREFIX}{u}={u}" for u in sorted(undefined)), prefixed, out],
+        what="resolving the application's kernel references")

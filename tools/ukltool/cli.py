@@ -51,6 +51,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("-o", "--output", type=Path, default=Path("out"), metavar="OUTDIR",
                    help="output directory (default: out)")
     b.add_argument("--name", help="application name (default: the first source's stem)")
+    b.add_argument("--freestanding", action="store_true",
+                   help="no C library: the program brings its own _start and system call shim")
 
     r = sub.add_parser("run", help="boot a build result in QEMU", epilog=EPILOG_RUN,
                        description="Boot OUTDIR in QEMU, show the application's output and exit with its status.")
@@ -83,7 +85,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def cmd_build(a: argparse.Namespace) -> int:
-    man = image.build(a.sources, a.config, a.output, a.name)
+    man = image.build(a.sources, a.config, a.output, a.name, a.freestanding)
     ui.info(f"built '{man.app}' for configuration '{man.config}' (kernel {man.kernel_release}) in {a.output}")
     return 0
 

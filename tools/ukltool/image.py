@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from ukltool import app, initramfs, kernel, sources
 from ukltool.errors import UklError
 
 MANIFEST = "manifest.json"
+UKL_MAGIC = b"\x7fUKL"  # asm/ukl.h
 
 
 @dataclass
@@ -35,21 +37,40 @@ def _prepare_outdir(outdir: Path) -> Path:
     return tmp
 
 
-def build(srcs: list[Path], config: str, outdir: Path, name: str | None = None) -> Manifest:
+def build(srcs: list[Path], config: str, outdir: Path, name: str | None = None,
+          freestanding: bool = False) -> Manifest:
     srcs = app.check_sources(srcs)
     kernel.fragments(config)  # validates the name before any work
+    if kernel.is_ukl(config) and not freestanding:
+        raise UklError(f"configuration '{config}' links the application into the kernel, and the C library "
+                       "port for that is not available yet",
+                       "build a program without a C library (its own _start and system call shim) with "
+                       "--freestanding, as tests/apps/ukl_base.c does")
     name = name or app.default_name(srcs)
     tmp = _prepare_outdir(outdir)
     try:
         src, tree = sources.linux_tree()
-        binary = tmp / name
-        app.build_static(srcs, binary)
-        kimg = kernel.build(config)
         spec = initramfs.runtime_skeleton()
         spec.file("/init", app.init_binary())
-        spec.file(f"/bin/{name}", binary)
+        if kernel.is_ukl(config):
+            # The application is linked into the kernel; exec of a file
+            # that starts with the UKL magic starts it.
+            obj = tmp / f"{name}.ukl.o"
+            with tempfile.TemporaryDirectory(prefix="ukl-cc-") as td:
+                app.build_ukl_object(srcs, obj, Path(td))
+            kimg = kernel.build(config, app=obj)
+            starter = tmp / name
+            starter.write_bytes(UKL_MAGIC + name.encode() + b"\n")
+            spec.dir("/ukl")
+            exec_path = f"/ukl/{name}"
+        else:
+            starter = tmp / name
+            app.build_static(srcs, starter, freestanding)
+            kimg = kernel.build(config)
+            exec_path = f"/bin/{name}"
+        spec.file(exec_path, starter)
         app_path = tmp / "app-path"
-        app_path.write_text(f"/bin/{name}\n")
+        app_path.write_text(exec_path + "\n")
         spec.file("/etc/ukl/app", app_path, "0644")
         initramfs.write(initramfs.gen_init_cpio(tree), spec, tmp / "initramfs.cpio")
         app_path.unlink()

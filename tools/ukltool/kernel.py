@@ -29,7 +29,7 @@ from ukltool.proc import run, stream
 BASE_FRAGMENT = "vm-base.config"
 APPLIED_REF = "refs/ukl/applied"
 # Bump when the way kernels are configured or built changes.
-BUILD_LOGIC = "3"
+BUILD_LOGIC = "4"
 
 
 def config_names() -> list[str]:
@@ -242,13 +242,23 @@ def configure(tree: Path, bdir: Path, name: str) -> None:
     key_file.write_text(cfg_key + "\n")
 
 
-def build(name: str, extra_key: str = "", make_vars: dict[str, str] | None = None) -> KernelImage:
-    """Build the kernel for configuration NAME (cached by content)."""
+def is_ukl(name: str) -> bool:
+    """Does configuration NAME link an application into the kernel?"""
+    wanted: dict[str, str] = {}
+    for f in fragments(name):
+        wanted.update(parse_fragment(f.read_text()))
+    return wanted.get("CONFIG_UNIKERNEL_LINUX") == "y"
+
+
+def build(name: str, app: Path | None = None) -> KernelImage:
+    """Build the kernel for configuration NAME, with the UKL application
+    object APP linked in if given (cached by content)."""
     src, tree = sources.linux_tree()
     tree_key = sync_tree(tree)
     frags = fragments(name)
+    app_key = hashlib.sha256(app.read_bytes()).hexdigest() if app else ""
     h = hashlib.sha256()
-    for part in (src.version, tree_key, BUILD_LOGIC, extra_key, repr(sorted((make_vars or {}).items()))):
+    for part in (src.version, tree_key, BUILD_LOGIC, app_key):
         h.update(part.encode() + b"\0")
     for f in frags:
         h.update(f.read_bytes())
@@ -258,10 +268,17 @@ def build(name: str, extra_key: str = "", make_vars: dict[str, str] | None = Non
         return KernelImage(name, key, out / "bzImage", out / "vmlinux", (out / "release").read_text().strip())
     bdir = cache_dir() / "build" / name
     configure(tree, bdir, name)
+    make_vars = []
+    if app:
+        # A fixed path, rewritten only when the content changes: make relinks
+        # vmlinux when it is newer.
+        linked = bdir / "ukl-app.o"
+        if not linked.is_file() or linked.read_bytes() != app.read_bytes():
+            shutil.copy(app, linked)
+        make_vars.append(f"UKL_APP={linked}")
     jobs = str(os.cpu_count() or 2)
     with ui.step(f"building kernel '{name}'") as st:
-        stream(["make", "-C", tree, f"O={bdir}", f"-j{jobs}", "LOCALVERSION=", "bzImage",
-                *(f"{k}={v}" for k, v in (make_vars or {}).items())],
+        stream(["make", "-C", tree, f"O={bdir}", f"-j{jobs}", "LOCALVERSION=", "bzImage", *make_vars],
                bdir / "ukl-build.log", _make_progress(st), what=f"kernel build '{name}'",
                hint=f"see the log; the build directory is {bdir}")
     release = (bdir / "include" / "config" / "kernel.release").read_text().strip()
@@ -282,8 +299,10 @@ def checkpatch() -> int:
     _, tree = sources.linux_tree()
     worst = 0
     for p in series():
-        res = subprocess.run([str(tree / "scripts" / "checkpatch.pl"), "--strict", "--no-tree",
-                              "--terse", "--show-types", str(p)], capture_output=True, text=True)
+        # checkpatch leaves a cache file in its working directory.
+        with tempfile.TemporaryDirectory() as td:
+            res = subprocess.run([str(tree / "scripts" / "checkpatch.pl"), "--strict", "--no-tree",
+                                  "--terse", "--show-types", str(p)], capture_output=True, text=True, cwd=td)
         errors = [l for l in res.stdout.splitlines() if ": ERROR:" in l]
         ui.info(f"{p.name}: {len(errors)} errors")
         for l in res.stdout.splitlines():

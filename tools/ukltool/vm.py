@@ -163,12 +163,11 @@ def boot(spec: RunSpec) -> RunResult:
                 logf.write(chunk)
                 logf.flush()
                 pending += chunk
-                if not showing and INIT_MARKER.encode() in pending:
+                marker = pending.find(INIT_MARKER.encode())
+                if not showing and marker >= 0 and pending.find(b"\n", marker) >= 0:
+                    # Show what follows the marker line.
                     showing = True
-                    pending = pending[pending.index(INIT_MARKER.encode()):]
-                    # Skip the marker line itself.
-                    nl = pending.find(b"\n")
-                    pending = pending[nl + 1:] if nl >= 0 else b""
+                    pending = pending[pending.find(b"\n", marker) + 1:]
                 if showing and pending:
                     sys.stdout.buffer.write(pending.replace(b"\r\n", b"\n"))
                     sys.stdout.flush()

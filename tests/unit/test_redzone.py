@@ -1,0 +1,52 @@
+"""The build-time refusal of red-zone code (no VM needed)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ukltool import app, redzone
+from ukltool.errors import UklError
+
+LEAF = "int leaf(int a) { int v[8]; for (int i = 0; i < 8; i++) v[i] = a * i; return v[a & 7]; }\n"
+
+
+def compile_(tmp_path: Path, *flags: str) -> Path:
+    src = tmp_path / "leaf.c"
+    src.write_text(LEAF)
+    obj = tmp_path / "leaf.o"
+    subprocess.run(["gcc", *flags, "-c", str(src), "-o", str(obj)], check=True)
+    return obj
+
+
+@pytest.mark.parametrize("flags", [["-O2"], ["-O0"], ["-O2", "-g"]])
+def test_red_zone_code_is_found(tmp_path, flags):
+    assert redzone.check_object(compile_(tmp_path, *flags))
+
+
+@pytest.mark.parametrize("flags", [["-O2"], ["-O0"], ["-O2", "-g"]])
+def test_no_red_zone_code_passes(tmp_path, flags):
+    assert redzone.check_object(compile_(tmp_path, *flags, "-mno-red-zone")) == []
+
+
+def test_ukl_build_refuses_and_names_the_object(tmp_path):
+    src = tmp_path / "leafy.c"
+    src.write_text(LEAF + "void _start(void) { for (;;) leaf(1); }\n")
+    with pytest.raises(UklError, match=r"(?s)red zone.*leafy\.o"):
+        # -mred-zone after the UKL flags wins, as a careless library build would
+        app.build_ukl_object([src], tmp_path / "app.o", tmp_path, extra=["-mred-zone"])
+
+
+def test_ukl_object_is_prefixed_and_needs_only_kernel_entry_points(tmp_path):
+    src = tmp_path / "ok.c"
+    src.write_text("static int n; void _start(void) { n++; __asm__ volatile(\"call ukl_entry_SYSCALL_64\"); }\n")
+    out = tmp_path / "app.o"
+    app.build_ukl_object([src], out, tmp_path)
+    defined, undefined = app._symbols(out)
+    assert "ukl__start" in defined and undefined == {"ukl_entry_SYSCALL_64"}
+    bad = tmp_path / "bad.c"
+    bad.write_text("int printf(const char *, ...); void _start(void) { printf(\"x\"); }\n")
+    with pytest.raises(UklError, match="printf"):
+        app.build_ukl_object([bad], tmp_path / "bad.o", tmp_path)

@@ -1,0 +1,97 @@
+"""Boot tests of the UKL base model (--config base), with the same
+freestanding program built for --config linux as the reference."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import REPO, assert_clean, build, ukl
+
+SRC = REPO / "tests" / "apps" / "ukl_base.c"
+CONFIGS = ["linux", "base"]
+
+
+@pytest.fixture(scope="module", params=CONFIGS)
+def image(request, outdir):
+    return request.param, build(SRC, request.param, outdir / f"ukl-base-{request.param}", "--freestanding")
+
+
+def run(image, *args, smp="1"):
+    config, out = image
+    res = ukl("run", out, "--smp", smp, "--timeout", "90", "--", *args)
+    return config, res, out
+
+
+def test_runs_in_the_right_ring_with_args_and_auxv(image):
+    config, res, out = run(image, "info", "x y")
+    assert res.returncode == 0, res.stdout
+    assert f"ring {0 if config == 'base' else 3}" in res.stdout
+    assert "argv[1] = info" in res.stdout and "argv[2] = x y" in res.stdout
+    assert "AT_PAGESZ 4096" in res.stdout and "AT_RANDOM yes" in res.stdout
+    assert "ppid 1" in res.stdout
+    assert_clean(out / "console.log")
+
+
+def test_memory_and_pointers_into_the_image(image):
+    config, res, out = run(image, "memory")
+    assert res.returncode == 0, res.stdout
+    for line in ("mmap 64 MiB touched, munmap 0", "brk grew 1024 KiB", "write from rodata ok",
+                 "read into bss: 9 bytes: ukl_base", "write(NULL) = -14", "write(kernel text) = -14",
+                 "write(kernel hole) = -14", "read(kernel data) = -14", "open(missing) = -2",
+                 "close(-1) = -9"):
+        assert line in res.stdout, (line, res.stdout)
+    assert_clean(out / "console.log")
+
+
+def test_stack_grows_on_page_faults(image):
+    config, res, out = run(image, "stack")
+    assert res.returncode == 0, res.stdout
+    assert "large frame ok" in res.stdout and "recursion 20000 deep" in res.stdout
+    assert_clean(out / "console.log")
+
+
+@pytest.mark.parametrize("smp", ["1", "2"])
+def test_thread_on_its_own_growing_stack(image, smp):
+    config, res, out = run(image, "thread", smp=smp)
+    assert res.returncode == 0, res.stdout
+    assert "thread created, ran 2" in res.stdout
+    assert_clean(out / "console.log")
+
+
+def test_busy_threads_are_preempted(image):
+    config, res, out = run(image, "preempt", smp="1")
+    assert res.returncode == 0, res.stdout
+    assert "preempt: both threads ran" in res.stdout
+    assert_clean(out / "console.log")
+
+
+def test_signals_restart_and_caught_faults(image):
+    config, res, out = run(image, "signals")
+    assert res.returncode == 0, res.stdout
+    for line in ("SIGUSR1 handled: 10", "read interrupted: -4", "read restarted: 1 x",
+                 "caught SIGSEGV 11", "caught SIGFPE 8", "caught SIGILL 4", "caught SIGTRAP 5"):
+        assert line in res.stdout, (line, res.stdout)
+    assert_clean(out / "console.log")
+
+
+@pytest.mark.parametrize("case,status", [
+    ("null", 139), ("wild", 139), ("kernel-hole", 139), ("divide", 136), ("ud2", 132),
+    ("int3", 133), ("overflow", 139)])
+def test_app_faults_are_signals_not_oopses(image, case, status):
+    config, res, out = run(image, case)
+    assert res.returncode == status, res.stdout
+    assert_clean(out / "console.log")
+
+
+def test_fork_is_refused_cleanly_under_ukl(image):
+    config, res, out = run(image, "fork")
+    assert res.returncode == 0, res.stdout
+    expected = "fork: error -95" if config == "base" else "fork: child exited 7"
+    assert expected in res.stdout
+    assert_clean(out / "console.log")
+
+
+def test_base_needs_freestanding_until_the_c_library_port(outdir):
+    res = ukl("build", REPO / "examples" / "hello" / "hello.c", "--config", "base", "-o", outdir / "nolibc")
+    assert res.returncode == 2
+    assert "--freestanding" in res.stdout and "Traceback" not in res.stdout
