@@ -1,160 +1,15 @@
 /*
- * ukl_base: a freestanding test program (no C library, a tiny system call
- * shim of its own) for the UKL base model. It builds unchanged for
- * --config linux (SYSCALL instruction, ring 3) and --config base (calls
+ * ukl_base: a freestanding test program (no C library, the system call shim
+ * in runtime/freestanding.h) for the UKL base model. It builds unchanged
+ * for --config linux (SYSCALL instruction, ring 3) and --config base (calls
  * ukl_entry_SYSCALL_64, ring 0). argv[1] selects the case.
  */
-#include <asm/unistd.h>
 #include <linux/futex.h>
 #include <linux/sched.h>
 #include <linux/signal.h>
-#include <stddef.h>
 #include <stdint.h>
 
-typedef long (*fn_t)(void);
-
-/* ---- system calls ---- */
-static long sys6(long n, long a, long b, long c, long d, long e, long f)
-{
-	register long r10 __asm__("r10") = d, r8 __asm__("r8") = e, r9 __asm__("r9") = f;
-	long ret;
-#ifdef __UKL__
-	__asm__ volatile("call ukl_entry_SYSCALL_64" : "=a"(ret)
-			 : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
-			 : "rcx", "r11", "memory");
-#else
-	__asm__ volatile("syscall" : "=a"(ret)
-			 : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
-			 : "rcx", "r11", "memory");
-#endif
-	return ret;
-}
-#define sys(n, ...) sys_(n, __VA_ARGS__, 0, 0, 0, 0, 0, 0)
-#define sys_(n, a, b, c, d, e, f, ...) sys6(n, (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), (long)(f))
-#define sys0(n) sys6(n, 0, 0, 0, 0, 0, 0)
-
-void *memset(void *d, int c, size_t n)
-{
-	unsigned char *p = d;
-
-	while (n--)
-		*p++ = (unsigned char)c;
-	return d;
-}
-
-void *memcpy(void *d, const void *s, size_t n)
-{
-	unsigned char *p = d;
-	const unsigned char *q = s;
-
-	while (n--)
-		*p++ = *q++;
-	return d;
-}
-
-static size_t slen(const char *s)
-{
-	size_t n = 0;
-
-	while (s[n])
-		n++;
-	return n;
-}
-
-static int seq(const char *a, const char *b)
-{
-	while (*a && *a == *b)
-		a++, b++;
-	return *a == *b;
-}
-
-/* ---- output: a tiny printf (%d %ld %u %x %lx %s %p %c) ---- */
-static char outbuf[1024];
-static size_t outlen;
-
-static void flush(void)
-{
-	if (outlen)
-		sys(__NR_write, 1, outbuf, outlen);
-	outlen = 0;
-}
-
-static void putc_(char c)
-{
-	outbuf[outlen++] = c;
-	if (c == '\n' || outlen == sizeof(outbuf))
-		flush();
-}
-
-static void putnum(unsigned long v, int base, int neg)
-{
-	char tmp[32];
-	int i = 0;
-
-	if (neg)
-		putc_('-');
-	do {
-		tmp[i++] = "0123456789abcdef"[v % base];
-		v /= base;
-	} while (v);
-	while (i)
-		putc_(tmp[--i]);
-}
-
-static void say(const char *fmt, ...)
-{
-	__builtin_va_list ap;
-
-	__builtin_va_start(ap, fmt);
-	for (; *fmt; fmt++) {
-		int lng = 0;
-
-		if (*fmt != '%') {
-			putc_(*fmt);
-			continue;
-		}
-		if (*++fmt == 'l')
-			lng = 1, fmt++;
-		switch (*fmt) {
-		case 'd': {
-			long v = lng ? __builtin_va_arg(ap, long) : __builtin_va_arg(ap, int);
-
-			putnum(v < 0 ? -(unsigned long)v : (unsigned long)v, 10, v < 0);
-			break;
-		}
-		case 'u':
-			putnum(lng ? __builtin_va_arg(ap, unsigned long) : __builtin_va_arg(ap, unsigned int), 10, 0);
-			break;
-		case 'x':
-			putnum(lng ? __builtin_va_arg(ap, unsigned long) : __builtin_va_arg(ap, unsigned int), 16, 0);
-			break;
-		case 'p':
-			putc_('0'), putc_('x');
-			putnum((unsigned long)__builtin_va_arg(ap, void *), 16, 0);
-			break;
-		case 's': {
-			const char *s = __builtin_va_arg(ap, const char *);
-
-			while (*s)
-				putc_(*s++);
-			break;
-		}
-		case 'c':
-			putc_((char)__builtin_va_arg(ap, int));
-			break;
-		default:
-			putc_(*fmt);
-		}
-	}
-	__builtin_va_end(ap);
-}
-
-static void __attribute__((noreturn)) exit_(int code)
-{
-	flush();
-	sys(__NR_exit_group, code);
-	__builtin_unreachable();
-}
+#include "../../runtime/freestanding.h"
 
 static int ring(void)
 {
@@ -325,11 +180,6 @@ static int spin_thread(void)
  * Raw clone in assembly: the child returns from the system call on its new
  * stack, where fn waits, so no compiler-managed stack slot is involved.
  */
-#ifdef __UKL__
-#define SYSCALL_INSN "call ukl_entry_SYSCALL_64\n"
-#else
-#define SYSCALL_INSN "syscall\n"
-#endif
 long raw_thread(unsigned long flags, char *stack, volatile int *ptid, volatile int *ctid,
 		int (*fn)(void));
 __asm__(".text\nraw_thread:\n"
@@ -362,6 +212,8 @@ static int case_thread(void)
 
 	join();
 	say("thread %s, ran %d\n", tid > 0 ? "created" : "failed", thread_ran);
+	/* a shared futex on static data (the image, under UKL) */
+	say("futex wake on static data: %ld\n", sys(__NR_futex, &tid_word, FUTEX_WAKE, 1, 0));
 	return thread_ran == 2 ? 0 : 1;
 }
 
@@ -469,17 +321,11 @@ static int run(int argc, char **argv, char **envp, unsigned long *auxv)
 	return 2;
 }
 
-void cstart(unsigned long *sp)
+int main(int argc, char **argv, char **envp)
 {
-	int argc = (int)sp[0];
-	char **argv = (char **)(sp + 1);
-	char **envp = argv + argc + 1;
 	char **e = envp;
 
 	while (*e)
 		e++;
-	exit_(run(argc, argv, envp, (unsigned long *)(e + 1)));
+	return run(argc, argv, envp, (unsigned long *)(e + 1));
 }
-
-__asm__(".text\n.globl _start\n_start:\n"
-	"  mov %rsp, %rdi\n  and $-16, %rsp\n  call cstart\n  ud2\n");

@@ -55,6 +55,7 @@ def test_thread_on_its_own_growing_stack(image, smp):
     config, res, out = run(image, "thread", smp=smp)
     assert res.returncode == 0, res.stdout
     assert "thread created, ran 2" in res.stdout
+    assert "futex wake on static data: 0" in res.stdout
     assert_clean(out / "console.log")
 
 
@@ -95,3 +96,17 @@ def test_base_needs_freestanding_until_the_c_library_port(outdir):
     res = ukl("build", REPO / "examples" / "hello" / "hello.c", "--config", "base", "-o", outdir / "nolibc")
     assert res.returncode == 2
     assert "--freestanding" in res.stdout and "Traceback" not in res.stdout
+
+
+def test_app_symbols_are_prefixed_in_the_kernel_symbol_table(image):
+    import json
+    from pathlib import Path
+
+    config, out = image
+    smap = Path(json.loads((out / "manifest.json").read_text())["vmlinux"]).with_name("System.map")
+    names = {line.split()[2] for line in smap.read_text().splitlines()}
+    assert "main" not in names
+    if config == "base":
+        assert {"ukl_main", "ukl__start", "ukl_entry_SYSCALL_64"} <= names
+    else:  # stock Linux: nothing of UKL
+        assert not {n for n in names if n.startswith("ukl_")}

@@ -8,7 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ukltool import image, initramfs, kernel, sources, ui, vm
+from ukltool import bench, image, initramfs, kernel, sources, ui, vm
 from ukltool.errors import UklError
 
 EPILOG_RUN = f"""exit status: the application's status; 128+N when it was killed by
@@ -79,6 +79,22 @@ def parser() -> argparse.ArgumentParser:
     ks.add_parser("reset", help="drop edits in the tree and re-apply kernel/patches")
     ks.add_parser("checkpatch", help="run scripts/checkpatch.pl --strict on every patch")
 
+    bn = sub.add_parser("bench", help="benchmarks comparing configurations")
+    bs = bn.add_subparsers(dest="bcmd", metavar="SUITE", required=True)
+    sc = bs.add_parser("syscalls", help="LEBench-style system call and page fault latencies",
+                       description="Build bench/lebench.c for each configuration, boot each, and compare "
+                       "the medians against linux.")
+    sc.add_argument("--configs", default="linux,base", help="comma-separated (default linux,base)")
+    sc.add_argument("--icount", action="store_true",
+                    help="deterministic: the unit is guest instructions (-icount shift=0,sleep=off)")
+    sc.add_argument("--quick", action="store_true", help="1,000 iterations and 3 sizes (for tests)")
+    sc.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
+    sc.add_argument("--plot", type=Path, metavar="FILE.png", help="draw latency plots")
+    sc.add_argument("--markdown", type=Path, metavar="FILE.md", help="write the report as Markdown")
+    sc.add_argument("--timeout", type=_positive, default=1800.0, metavar="S", help="per boot (default 1800)")
+    sc.add_argument("--from-json", type=Path, metavar="FILE",
+                    help="do not run: report the results saved in FILE (by --json)")
+
     sub.add_parser("sources", help="install, verify and unpack the pinned Linux and glibc sources")
     sub.add_parser("configs", help="list kernel configurations")
     return p
@@ -108,6 +124,23 @@ def cmd_run(a: argparse.Namespace) -> int:
     elif res.status is None:
         ui.err.print(f"[bold red]ukl: the VM ended without reporting a status[/] (log: {log})")
     return res.code
+
+
+def cmd_bench(a: argparse.Namespace) -> int:
+    configs = [c.strip() for c in a.configs.split(",") if c.strip()]
+    for c in configs:
+        kernel.fragments(c)  # unknown names fail before any work
+    report = bench.load_json(a.from_json) if a.from_json else bench.run(configs, a.icount, a.quick, a.timeout)
+    ui.err.print(f"machine: {report.machine}; accelerator: {report.accel}; kernels: "
+                 + ", ".join(f"{c} {k}" for c, k in report.kernels.items()), markup=False)
+    ui.Console().print(bench.table(report))
+    if a.json:
+        bench.save_json(report, a.json)
+    if a.plot:
+        bench.plot(report, a.plot)
+    if a.markdown:
+        a.markdown.write_text(bench.markdown(report, a.plot))
+    return 0
 
 
 def cmd_kernel(a: argparse.Namespace) -> int:
@@ -148,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_run(args)
         if args.cmd == "kernel":
             return cmd_kernel(args)
+        if args.cmd == "bench":
+            return cmd_bench(args)
         if args.cmd == "sources":
             for fn in (sources.linux_tree, sources.glibc_tree):
                 src, tree = fn()

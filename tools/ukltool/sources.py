@@ -150,19 +150,17 @@ def unpack_git(src: Source, dest: Path) -> Path:
     return dest
 
 
-def linux_tree() -> tuple[Source, Path]:
-    pins = load_lock()
-    src = ensure_package(pins["linux"])
-    tree = cache_dir() / "src" / f"linux-{src.version}"
+def _tree(name: str) -> tuple[Source, Path]:
+    src = ensure_package(load_lock()[name])
+    tree = cache_dir() / "src" / f"{name}-{src.version}"
     if not (tree / ".git" / "ukl-pristine-sha256").is_file():
         verify(src)
     return src, unpack_git(src, tree)
+
+
+def linux_tree() -> tuple[Source, Path]:
+    return _tree("linux")
 
 
 def glibc_tree() -> tuple[Source, Path]:
-    pins = load_lock()
-    src = ensure_package(pins["glibc"])
-    tree = cache_dir() / "src" / f"glibc-{src.version}"
-    if not (tree / ".git" / "ukl-pristine-sha256").is_file():
-        verify(src)
-    return src, unpack_git(src, tree)
+    return _tree("glibc")

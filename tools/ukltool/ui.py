@@ -10,6 +10,8 @@ from typing import Iterator
 
 from rich.console import Console
 
+__all__ = ["Console", "err", "info", "warn", "step"]
+
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 

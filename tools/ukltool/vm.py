@@ -40,6 +40,7 @@ class RunSpec:
     memory: str = "1G"
     verbose: bool = False
     interactive: bool = False
+    show: bool = True  # stream the application's output to stdout
     accel: str | None = None  # None: detect
 
 
@@ -168,12 +169,10 @@ def boot(spec: RunSpec) -> RunResult:
                     # Show what follows the marker line.
                     showing = True
                     pending = pending[pending.find(b"\n", marker) + 1:]
-                if showing and pending:
+                if showing and pending and spec.show:
                     sys.stdout.buffer.write(pending.replace(b"\r\n", b"\n"))
                     sys.stdout.flush()
-                    pending = b""
-                elif not showing:
-                    pending = pending[-4096:]
+                pending = b"" if showing else pending[-4096:]
             proc.wait()
         status = logscan.parse_status(status_file.read_text(errors="replace")) if status_file.exists() else None
     seconds = time.monotonic() - start
