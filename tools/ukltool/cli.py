@@ -59,7 +59,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("outdir", type=Path, metavar="OUTDIR")
     r.add_argument("--timeout", type=_positive, default=120.0, metavar="S", help="seconds (default 120)")
     r.add_argument("--icount", action="store_true",
-                   help="deterministic time: -icount shift=0,sleep=off (1 guest ns = 1 instruction)")
+                   help="deterministic time: -icount shift=0,sleep=off (1 guest ns = 1 instruction) and "
+                   "no address-space randomization, so that runs repeat")
     r.add_argument("--append", action="append", default=[], metavar="ARGS", help="extra kernel command line")
     r.add_argument("--forward", action="append", type=_forward, default=[], metavar="HOST:GUEST",
                    help="forward 127.0.0.1:HOST on the host to GUEST in the guest (TCP)")

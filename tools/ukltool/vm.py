@@ -104,6 +104,8 @@ def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path, status_file
     loglevel = "8" if spec.verbose else "5"
     append = ["console=ttyS0", f"loglevel={loglevel}", "panic=-1", "oops=panic",
               "nokaslr", "tsc=reliable", *spec.append]
+    if spec.icount and "norandmaps" not in append:
+        append.append("norandmaps")  # random layouts change instruction counts
     cmd = [qemu, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
            "-M", "pc", "-m", spec.memory, "-smp", str(spec.smp),
            "-kernel", str(spec.bzimage), "-initrd", str(initrd), "-append", " ".join(append),
