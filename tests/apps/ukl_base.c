@@ -321,9 +321,33 @@ static int run(int argc, char **argv, char **envp, unsigned long *auxv)
 	return 2;
 }
 
+/* An IFUNC, resolved by applying the IRELATIVE relocations as libc does */
+struct rela { unsigned long offset, info; long addend; };
+extern const struct rela __rela_iplt_start[], __rela_iplt_end[];
+
+static int answer_impl(void) { return 42; }
+static int (*resolve_answer(void))(void) { return answer_impl; }
+int answer(void) __attribute__((ifunc("resolve_answer")));
+
+static int apply_irel(void)
+{
+	int n = 0;
+
+	for (const struct rela *r = __rela_iplt_start; r < __rela_iplt_end; r++, n++)
+		if ((r->info & 0xffffffff) == 37 /* R_X86_64_IRELATIVE */)
+			*(unsigned long *)r->offset = ((unsigned long (*)(void))r->addend)();
+	return n;
+}
+
 int main(int argc, char **argv, char **envp)
 {
 	char **e = envp;
+	int irel = apply_irel();
+
+	if (argc > 1 && seq(argv[1], "ifunc")) {
+		say("ifunc: %d relocations, answer %d\n", irel, answer());
+		return 0;
+	}
 
 	while (*e)
 		e++;

@@ -43,6 +43,12 @@ def test_memory_and_pointers_into_the_image(image):
     assert_clean(out / "console.log")
 
 
+def test_ifunc_relocations_are_linked_and_applied(image):
+    config, res, out = run(image, "ifunc")
+    assert res.returncode == 0, res.stdout
+    assert "ifunc: 1 relocations, answer 42" in res.stdout
+
+
 def test_stack_grows_on_page_faults(image):
     config, res, out = run(image, "stack")
     assert res.returncode == 0, res.stdout

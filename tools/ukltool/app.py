@@ -70,6 +70,8 @@ UKL_CFLAGS = ["-mcmodel=kernel", "-mno-red-zone", "-fno-pie", "-fno-pic", "-ffre
               "-fno-stack-protector", "-fno-asynchronous-unwind-tables", "-fcf-protection=none",
               "-D__UKL__"]
 UKL_PREFIX = "ukl_"
+# Defined by the kernel's linker script for the application (vmlinux.lds.S)
+LINKER_SYMBOLS = {"__rela_iplt_start", "__rela_iplt_end"}
 
 
 def _symbols(obj: Path) -> tuple[set[str], set[str]]:
@@ -111,11 +113,11 @@ def build_ukl_object(sources: list[Path], out: Path, workdir: Path, extra: list[
     defined, undefined = _symbols(prelinked)
     if "_start" not in defined:
         raise UklError("the application defines no _start", "a UKL application needs an entry point _start")
-    foreign = sorted(u for u in undefined if not u.startswith(UKL_PREFIX))
+    foreign = sorted(u for u in undefined if not u.startswith(UKL_PREFIX) and u not in LINKER_SYMBOLS)
     if foreign:
         raise UklError("the application refers to symbols it does not define: " + ", ".join(foreign),
                        "define them or link the library that does; only the kernel's ukl_* entry points "
-                       "are provided")
+                       "and " + ", ".join(sorted(LINKER_SYMBOLS)) + " are provided")
     prefixed = workdir / "prefixed.o"
     run(["objcopy", f"--prefix-symbols={UKL_PREFIX}", prelinked, prefixed],
         what="prefixing the application's symbols")
