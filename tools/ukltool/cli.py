@@ -108,7 +108,7 @@ def cmd_build(a: argparse.Namespace) -> int:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    man = image.load(a.outdir)
+    image.load(a.outdir)  # refuses what is not a build result
     _, tree = sources.linux_tree()
     log = a.log or a.outdir / "console.log"
     with tempfile.TemporaryDirectory(prefix="ukl-args-") as td:

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import select
-import signal
 import subprocess
 import sys
 import tempfile
@@ -16,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ukltool import logscan, ui
-from ukltool.errors import UklError
 from ukltool.paths import cache_dir
 from ukltool.proc import need_tool
 
