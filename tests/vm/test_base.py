@@ -98,12 +98,6 @@ def test_fork_is_refused_cleanly_under_ukl(image):
     assert_clean(out / "console.log")
 
 
-def test_base_needs_freestanding_until_the_c_library_port(outdir):
-    res = ukl("build", REPO / "examples" / "hello" / "hello.c", "--config", "base", "-o", outdir / "nolibc")
-    assert res.returncode == 2
-    assert "--freestanding" in res.stdout and "Traceback" not in res.stdout
-
-
 def test_app_symbols_are_prefixed_in_the_kernel_symbol_table(image):
     import json
     from pathlib import Path

@@ -9,12 +9,15 @@ from pathlib import Path
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
-from ukltool import redzone
+from ukltool import libc, redzone
 from ukltool.errors import UklError
 from ukltool.paths import GUEST_DIR, KERNEL_DIR, cache_dir
 from ukltool.proc import need_tool, run
 
 CFLAGS = ["-O2", "-g", "-Wall"]
+# Programs with a C library are built hardened, as distributions build them.
+LIBC_CFLAGS = [*CFLAGS, "-fstack-protector-strong"]
+LIBS = ["-lm", "-lpthread"]
 
 
 def check_sources(sources: list[Path]) -> list[Path]:
@@ -45,8 +48,8 @@ def build_static(sources: list[Path], out: Path, freestanding: bool = False) -> 
     """An ordinary static binary (the `linux` baseline): against the host's
     glibc, or without any C library."""
     cc = need_tool("gcc", "gcc")
-    libs = [] if freestanding else ["-lpthread"]
-    run([cc, *CFLAGS, "-static", *(FREESTANDING if freestanding else []), "-o", out, *sources, *libs],
+    flags = [*CFLAGS, *FREESTANDING] if freestanding else LIBC_CFLAGS
+    run([cc, *flags, "-static", "-o", out, *sources, *([] if freestanding else LIBS)],
         what=f"compiling {', '.join(s.name for s in sources)}")
 
 
@@ -72,11 +75,13 @@ UKL_CFLAGS = ["-mcmodel=kernel", "-mno-red-zone", "-fno-pie", "-fno-pic", "-ffre
 UKL_PREFIX = "ukl_"
 # Defined by the kernel's linker script for the application (vmlinux.lds.S)
 LINKER_SYMBOLS = {"__rela_iplt_start", "__rela_iplt_end"}
+# Defined by the final (kernel) link itself: they keep their names.
+KEEP_NAMES = {"_GLOBAL_OFFSET_TABLE_"}
 
 
-def _symbols(obj: Path) -> tuple[set[str], set[str]]:
-    """(defined global symbols, undefined symbols) of a relocatable object."""
-    defined, undefined = set(), set()
+def _symbols(obj: Path) -> tuple[set[str], set[str], set[str]]:
+    """(defined global symbols, undefined symbols, weak undefined symbols) of a relocatable object."""
+    defined, undefined, weak = set(), set(), set()
     with open(obj, "rb") as fh:
         for sec in ELFFile(fh).iter_sections():
             if not isinstance(sec, SymbolTableSection):
@@ -85,17 +90,30 @@ def _symbols(obj: Path) -> tuple[set[str], set[str]]:
                 if not sym.name or sym["st_info"]["type"] in ("STT_SECTION", "STT_FILE"):
                     continue
                 if sym["st_shndx"] == "SHN_UNDEF":
-                    undefined.add(sym.name)
+                    (weak if sym["st_info"]["bind"] == "STB_WEAK" else undefined).add(sym.name)
                 elif sym["st_info"]["bind"] != "STB_LOCAL":
                     defined.add(sym.name)
-    return defined, undefined
+    return defined, undefined, weak - undefined
+
+
+def raw_syscalls(disassembly: str) -> list[str]:
+    """Functions that still execute SYSCALL, SYSENTER or INT 0x80 (objdump -d
+    output): in ring 0 these would enter the kernel as if from user space."""
+    bad, func = [], "?"
+    for line in disassembly.splitlines():
+        if line.endswith(">:"):
+            func = line.split("<", 1)[-1][:-2]
+        elif "\t" in line and line.split("\t")[-1].split(" ")[0] in ("syscall", "sysenter", "int"):
+            insn = line.split("\t")[-1].strip()
+            if insn.startswith("int") and "0x80" not in insn:
+                continue
+            bad.append(f"{func}: {insn}")
+    return bad
 
 
 def build_ukl_object(sources: list[Path], out: Path, workdir: Path, extra: list[str] | None = None) -> None:
-    """Compile and pre-link the application for linking into vmlinux.
-
-    The result has only .ukl.* sections, every symbol prefixed with ukl_,
-    and refers to nothing but the kernel's ukl_* entry points."""
+    """Compile a freestanding application (no C library) and pre-link it
+    for linking into vmlinux (see link_ukl)."""
     cc = need_tool("gcc", "gcc")
     objs = []
     for i, src in enumerate(sources):
@@ -103,17 +121,56 @@ def build_ukl_object(sources: list[Path], out: Path, workdir: Path, extra: list[
         run([cc, *CFLAGS, *UKL_CFLAGS, "-fno-builtin", *(extra or []), "-c", "-o", obj, src],
             what=f"compiling {src.name} for UKL")
         objs.append(obj)
+    link_ukl(objs, [], out, workdir, None)
+
+
+def build_libc_object(sources: list[Path], out: Path, workdir: Path) -> None:
+    """Compile C files against our glibc port (as ukl-cc does) and pre-link them."""
+    from ukltool import cc
+    gcc = need_tool("gcc", "gcc")
+    lc = libc.build()
+    objs = []
+    for i, src in enumerate(sources):
+        obj = workdir / f"{i}-{src.stem}.o"
+        run([gcc, *cc.compile_flags([]), *LIBC_CFLAGS, "-c", "-o", obj, src], what=f"compiling {src.name} for UKL")
+        objs.append(obj)
+    link_ukl(objs, [lc.archive("m")], out, workdir, lc)
+
+
+def link_ukl(objs: list[Path], archives: list[Path], out: Path, workdir: Path, lc: "libc.Libc | None") -> None:
+    """Pre-link the application (objects, then archives, then our glibc if
+    LC is given) for linking into vmlinux.
+
+    The result has only .ukl.* sections, every symbol prefixed with ukl_,
+    and refers to nothing but the kernel's ukl_* entry points."""
     bad = [f for o in objs for f in redzone.check_object(o)]
     if bad:
         raise UklError("objects that use the red zone cannot run in ring 0:\n  " + "\n  ".join(bad),
-                       "compile them with -mno-red-zone")
+                       "compile them with -mno-red-zone (ukl-cc does)")
     prelinked = workdir / "prelinked.o"
-    run(["ld", "-r", "-d", "-T", KERNEL_DIR / "ukl-app.lds", "-o", prelinked, *objs],
+    if lc is None:
+        cmd = [*objs, *archives]
+    else:
+        before, after = lc.start_files()
+        cmd = [*before, *objs, *lc.support_objects(), "--start-group", *archives, lc.archive("m"),
+               lc.archive("c"), libgcc(), libgcc("eh"), "--end-group", *after]
+    run(["ld", "-r", "-d", "-T", KERNEL_DIR / "ukl-app.lds", "-o", prelinked, *cmd],
         what="pre-linking the application")
-    defined, undefined = _symbols(prelinked)
+    dis = run(["objdump", "-d", "--no-show-raw-insn", "-M", "att", prelinked], what="disassembling the application")
+    bad = [f"{prelinked.name}: {f}" for f in redzone.code_offenders(dis)]
+    if bad:
+        raise UklError("code that uses the red zone cannot run in ring 0:\n  " + "\n  ".join(bad),
+                       "compile it with -mno-red-zone (ukl-cc does)")
+    raw = raw_syscalls(dis)
+    if raw:
+        raise UklError("the application enters the kernel with system call instructions, which do not "
+                       "work in ring 0:\n  " + "\n  ".join(raw[:20]),
+                       "compile it with ukl-cc, which turns SYSCALL into a call of ukl_entry_SYSCALL_64")
+    defined, undefined, weak = _symbols(prelinked)
     if "_start" not in defined:
         raise UklError("the application defines no _start", "a UKL application needs an entry point _start")
-    foreign = sorted(u for u in undefined if not u.startswith(UKL_PREFIX) and u not in LINKER_SYMBOLS)
+    foreign = sorted(u for u in undefined
+                     if not u.startswith(UKL_PREFIX) and u not in LINKER_SYMBOLS and u not in KEEP_NAMES)
     if foreign:
         raise UklError("the application refers to symbols it does not define: " + ", ".join(foreign),
                        "define them or link the library that does; only the kernel's ukl_* entry points "
@@ -121,6 +178,16 @@ def build_ukl_object(sources: list[Path], out: Path, workdir: Path, extra: list[
     prefixed = workdir / "prefixed.o"
     run(["objcopy", f"--prefix-symbols={UKL_PREFIX}", prelinked, prefixed],
         what="prefixing the application's symbols")
-    # The kernel's entry points keep their names.
-    run(["objcopy", *(f"--redefine-sym={UKL_PREFIX}{u}={u}" for u in sorted(undefined)), prefixed, out],
+    # The kernel's entry points and the final link's symbols keep their
+    # names; other weak references stay prefixed and resolve to 0.
+    kernel_refs = sorted(u for u in undefined | weak
+                         if u in undefined or u.startswith(UKL_PREFIX) or u in LINKER_SYMBOLS | KEEP_NAMES)
+    run(["objcopy", *(f"--redefine-sym={UKL_PREFIX}{u}={u}" for u in kernel_refs), prefixed, out],
         what="resolving the application's kernel references")
+
+
+def libgcc(part: str = "") -> Path:
+    """The compiler's support library, or its unwinder (part "eh"); what the
+    application uses of them is checked for red-zone code with the rest."""
+    name = f"libgcc_{part}.a" if part else "libgcc.a"
+    return Path(run([need_tool("gcc", "gcc"), f"-print-file-name={name}"], what=f"gcc -print-file-name={name}").strip())

@@ -8,6 +8,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from rich.markup import escape
+
 from ukltool import bench, image, initramfs, kernel, sources, ui, vm
 from ukltool.errors import UklError
 
@@ -194,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(n)
             return 0
     except UklError as e:
-        ui.err.print(f"[bold red]ukl: error:[/] {e.message}", markup=True, highlight=False)
+        ui.err.print(f"[bold red]ukl: error:[/] {escape(e.message)}", markup=True, highlight=False)
         if e.hint:
             ui.err.print(f"  hint: {e.hint}", markup=False)
         return e.code

@@ -8,7 +8,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ukltool import app, initramfs, kernel, sources
+from ukltool import app, cc, initramfs, kernel, project, sources
 from ukltool.errors import UklError
 
 MANIFEST = "manifest.json"
@@ -39,33 +39,49 @@ def _prepare_outdir(outdir: Path) -> Path:
 
 def build(srcs: list[Path], config: str, outdir: Path, name: str | None = None,
           freestanding: bool = False) -> Manifest:
-    srcs = app.check_sources(srcs)
+    """SRCS: C files, or one directory with a Makefile or configure script."""
+    project_dir = srcs[0].resolve() if len(srcs) == 1 and srcs[0].is_dir() else None
+    if project_dir is None:
+        srcs = app.check_sources(srcs)
+    elif freestanding:
+        raise UklError("--freestanding applies to C files, not to a directory", "name the C files")
     kernel.fragments(config)  # validates the name before any work
-    if kernel.is_ukl(config) and not freestanding:
-        raise UklError(f"configuration '{config}' links the application into the kernel, and the C library "
-                       "port for that is not available yet",
-                       "build a program without a C library (its own _start and system call shim) with "
-                       "--freestanding, as tests/apps/ukl_base.c does")
-    name = name or app.default_name(srcs)
+    ukl = kernel.is_ukl(config)
+    name = name or (project_dir.name if project_dir else app.default_name(srcs))
     tmp = _prepare_outdir(outdir)
     try:
         src, tree = sources.linux_tree()
         spec = initramfs.runtime_skeleton()
         spec.file("/init", app.init_binary())
-        if kernel.is_ukl(config):
+        starter = tmp / name
+        with tempfile.TemporaryDirectory(prefix="ukl-build-") as td:
+            work = Path(td)
+            if project_dir is not None:
+                prog = project.build(project_dir, "base" if ukl else "linux", work,
+                                     name if name != project_dir.name else None)
+                name = prog.name
+                starter = tmp / name
+                if ukl:
+                    obj = tmp / f"{name}.ukl.o"
+                    cc.extract(prog, obj)
+                else:
+                    shutil.copy(prog, starter)
+            elif ukl and freestanding:
+                obj = tmp / f"{name}.ukl.o"
+                app.build_ukl_object(srcs, obj, work)
+            elif ukl:
+                obj = tmp / f"{name}.ukl.o"
+                app.build_libc_object(srcs, obj, work)
+            else:
+                app.build_static(srcs, starter, freestanding)
+        if ukl:
             # The application is linked into the kernel; exec of a file
             # that starts with the UKL magic starts it.
-            obj = tmp / f"{name}.ukl.o"
-            with tempfile.TemporaryDirectory(prefix="ukl-cc-") as td:
-                app.build_ukl_object(srcs, obj, Path(td))
             kimg = kernel.build(config, app=obj)
-            starter = tmp / name
             starter.write_bytes(UKL_MAGIC + name.encode() + b"\n")
             spec.dir("/ukl")
             exec_path = f"/ukl/{name}"
         else:
-            starter = tmp / name
-            app.build_static(srcs, starter, freestanding)
             kimg = kernel.build(config)
             exec_path = f"/bin/{name}"
         spec.file(exec_path, starter)

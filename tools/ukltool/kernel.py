@@ -6,9 +6,10 @@ plumbing and a private index, and the work tree is then moved to the result
 with `git reset --hard`, which rewrites only files whose content changes, so
 an edit to one patch rebuilds incrementally.
 
-Developer workflow: edit and commit in the tree (`./ukl kernel tree` prints
-its path), build with `./ukl build` (an edited tree is built as it is), and
-`./ukl kernel export` writes the commits back to kernel/patches."""
+The series is applied by series.py. Developer workflow: edit and commit in
+the tree (`./ukl kernel tree` prints its path), build with `./ukl build`
+(an edited tree is built as it is), and `./ukl kernel export` writes the
+commits back to kernel/patches."""
 
 from __future__ import annotations
 
@@ -21,13 +22,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ukltool import series as series_mod
 from ukltool import sources, ui
 from ukltool.errors import UklError
 from ukltool.paths import CONFIG_DIR, PATCH_DIR, cache_dir
 from ukltool.proc import run, stream
 
 BASE_FRAGMENT = "vm-base.config"
-APPLIED_REF = "refs/ukl/applied"
 # Bump when the way kernels are configured or built changes.
 BUILD_LOGIC = "4"
 
@@ -77,128 +78,30 @@ def config_mismatches(wanted: dict[str, str], final: dict[str, str]) -> list[str
     return bad
 
 
+SERIES = series_mod.Series("kernel", PATCH_DIR, "./ukl kernel")
+
+
 def series() -> list[Path]:
-    sfile = PATCH_DIR / "series"
-    if not sfile.is_file():
-        return []
-    out = []
-    for line in sfile.read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        p = PATCH_DIR / line
-        if not p.is_file():
-            raise UklError(f"kernel/patches/series names {line}, which does not exist",
-                           "fix the series file or restore the patch")
-        out.append(p)
-    return out
+    return SERIES.patches()
 
 
 def series_key(patches: list[Path]) -> str:
-    h = hashlib.sha256()
-    for p in patches:
-        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
-def _git(tree: Path, *args: str, env: dict[str, str] | None = None, what: str | None = None) -> str:
-    return run(["git", "-C", tree, *args], what=what or f"git {args[0]} in {tree}", env=env).strip()
-
-
-def _apply_series(tree: Path, patches: list[Path]) -> str:
-    """Commit the series onto `pristine` without touching the work tree; return the tip."""
-    gitdir = tree / ".git"
-    idx = gitdir / "ukl-apply.index"
-    env = dict(os.environ, GIT_INDEX_FILE=str(idx), **sources.GIT_ID)
-    _git(tree, "read-tree", "pristine", env=env)
-    tip = _git(tree, "rev-parse", "pristine^{commit}")
-    with tempfile.TemporaryDirectory() as td:
-        for p in patches:
-            msg, body = Path(td) / "msg", Path(td) / "patch"
-            info = run(["git", "-C", tree, "mailinfo", msg, body], input=p.read_bytes(),
-                       what=f"reading {p.name}")
-            fields = dict(l.split(": ", 1) for l in info.splitlines() if ": " in l)
-            try:
-                run(["git", "-C", tree, "apply", "--cached", "--whitespace=nowarn", body], env=env,
-                    what=f"applying kernel patch {p.name}")
-            except UklError as e:
-                raise UklError(f"kernel patch {p.name} does not apply: {e.message}",
-                               "fix the patch (the file and hunk are named above), or edit the tree "
-                               "and run `./ukl kernel export`") from None
-            tree_id = _git(tree, "write-tree", env=env)
-            cenv = dict(env, GIT_AUTHOR_NAME=fields.get("Author", "ukl"),
-                        GIT_AUTHOR_EMAIL=fields.get("Email", "ukl@localhost"),
-                        GIT_AUTHOR_DATE=fields.get("Date", sources.GIT_ID["GIT_AUTHOR_DATE"]))
-            message = fields.get("Subject", p.stem) + "\n\n" + msg.read_text()
-            tip = run(["git", "-C", tree, "commit-tree", tree_id, "-p", tip, "-F", "-"],
-                      env=cenv, input=message.encode(), what="git commit-tree").strip()
-    idx.unlink(missing_ok=True)
-    return tip
-
-
-def _dirty(tree: Path) -> bool:
-    return bool(_git(tree, "status", "--porcelain", "--untracked-files=no"))
+    return series_mod.key(patches)
 
 
 def sync_tree(tree: Path) -> str:
-    """Bring the tree to the series; return a key for its content.
-
-    An edited tree (commits on top of the applied series, or uncommitted
-    changes) is built as it is, with a notice; it is only moved when it is
-    unedited."""
-    patches = series()
-    key = series_key(patches)
-    key_file = tree / ".git" / "ukl-series-key"
-    head = _git(tree, "rev-parse", "HEAD")
-    applied = run(["git", "-C", tree, "rev-parse", "-q", "--verify", APPLIED_REF]).strip() \
-        if (tree / ".git" / APPLIED_REF).exists() else _git(tree, "rev-parse", "pristine^{commit}")
-    edited = head != applied or _dirty(tree)
-    old_key = key_file.read_text().strip() if key_file.is_file() else None
-    if edited:
-        if old_key != key:
-            raise UklError(f"the kernel tree {tree} has local edits and kernel/patches changed too",
-                           "save the edits with `./ukl kernel export` or drop them with `./ukl kernel reset`")
-        ui.warn(f"building the edited kernel tree {tree}; `./ukl kernel export` saves it to kernel/patches")
-        diff = run(["git", "-C", tree, "diff", "HEAD"])
-        return hashlib.sha256((head + diff).encode()).hexdigest()
-    if old_key != key:
-        with ui.step(f"applying {len(patches)} kernel patches"):
-            tip = _apply_series(tree, patches)
-            _git(tree, "update-ref", APPLIED_REF, tip)
-            _git(tree, "reset", "-q", "--hard", tip)
-            key_file.write_text(key + "\n")
-    return key
+    """Bring the tree to kernel/patches; return a key for its content."""
+    return series_mod.sync(SERIES, tree)
 
 
 def reset_tree() -> Path:
     _, tree = sources.linux_tree()
-    (tree / ".git" / "ukl-series-key").unlink(missing_ok=True)
-    base = _git(tree, "rev-parse", "pristine^{commit}")
-    _git(tree, "update-ref", APPLIED_REF, base)
-    _git(tree, "reset", "-q", "--hard", base)
-    sync_tree(tree)
-    return tree
+    return series_mod.reset(SERIES, tree)
 
 
 def export_series() -> list[str]:
-    """Write the tree's commits since `pristine` to kernel/patches."""
     _, tree = sources.linux_tree()
-    if _dirty(tree):
-        raise UklError(f"the kernel tree {tree} has uncommitted changes",
-                       "commit them (one logical change per commit) before exporting")
-    with tempfile.TemporaryDirectory() as td:
-        _git(tree, "format-patch", "-q", "--zero-commit", "--no-signature", "-o", td, "pristine..HEAD")
-        new = sorted(Path(td).glob("*.patch"))
-        for old in PATCH_DIR.glob("*.patch"):
-            old.unlink()
-        PATCH_DIR.mkdir(parents=True, exist_ok=True)
-        for p in new:
-            shutil.copy(p, PATCH_DIR / p.name)
-    (PATCH_DIR / "series").write_text("".join(p.name + "\n" for p in new))
-    head = _git(tree, "rev-parse", "HEAD")
-    _git(tree, "update-ref", APPLIED_REF, head)
-    (tree / ".git" / "ukl-series-key").write_text(series_key(series()) + "\n")
-    return [p.name for p in new]
+    return series_mod.export(SERIES, tree)
 
 
 @dataclass(frozen=True)

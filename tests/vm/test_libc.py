@@ -1,0 +1,69 @@
+"""The C library port: one unmodified C program (tests/apps/libc_suite.c)
+built for --config linux (host static glibc, ring 3) and --config base (our
+glibc linked into the kernel, ring 0) must print the same lines and exit
+with the same statuses; the kernel log must stay clean."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import REPO, assert_clean, build, ukl
+
+SRC = REPO / "tests" / "apps" / "libc_suite.c"
+SECTIONS = ["startup", "stdio", "malloc", "strings", "time", "files", "threads", "signals", "sockets", "errno"]
+
+
+@pytest.fixture(scope="module")
+def images(outdir):
+    return {c: build(SRC, c, outdir / f"libc-suite-{c}") for c in ("linux", "base")}
+
+
+def run(out, *args, timeout="120"):
+    res = ukl("run", out, "--timeout", timeout, "--", *args)
+    # Only the application's lines: drop ukl's own notices.
+    lines = [l for l in res.stdout.splitlines() if not l.startswith("ukl:")]
+    return res.returncode, lines
+
+
+@pytest.mark.parametrize("section", SECTIONS)
+def test_same_output_in_ring_0_and_ring_3(images, section):
+    code_l, out_l = run(images["linux"], section)
+    code_b, out_b = run(images["base"], section)
+    assert code_l == 0, out_l
+    assert not any(l.startswith("FAIL") for l in out_b), out_b
+    assert (code_b, out_b) == (code_l, out_l)
+    assert "done" in out_b and "atexit handler ran" in out_b
+    assert_clean(images["base"] / "console.log")
+
+
+@pytest.mark.parametrize("args,status", [
+    (["exit", "7"], 7),        # exit() flushes stdio and runs atexit handlers
+    (["return", "3"], 3),
+    (["abort"], 134),          # SIGABRT: 128 + 6
+    (["smash", "A" * 40], 134),  # the stack protector catches the overflow and aborts
+])
+def test_exit_status_and_stack_protector(images, args, status):
+    results = {c: run(images[c], *args) for c in images}
+    assert results["base"][0] == status, results["base"]
+    assert results["base"] == results["linux"]
+    if args[0] == "exit":
+        assert "exiting with 7 (unflushed)atexit handler ran" in results["base"][1]
+    if args[0] == "smash":
+        assert any("stack smashing detected" in l for l in results["base"][1])
+    assert_clean(images["base"] / "console.log")
+
+
+def test_the_linked_glibc_has_no_syscall_instruction_and_calls_the_clock_directly(images):
+    import json
+    import subprocess
+    from pathlib import Path
+
+    vmlinux = Path(json.loads((images["base"] / "manifest.json").read_text())["vmlinux"])
+    smap = vmlinux.with_name("System.map").read_text()
+    assert " ukl___libc_start_main" in smap and " ukl_printf" in smap
+    dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-j", ".ukl.text", str(vmlinux)],
+                         capture_output=True, text=True).stdout
+    assert "call" in dis and "ukl_entry_SYSCALL_64" in dis
+    from ukltool import app
+    assert app.raw_syscalls(dis) == []
+    assert "<ukl_vdso_clock_gettime>" in dis
