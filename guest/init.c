@@ -2,7 +2,8 @@
 /*
  * ukl-init: PID 1 of every UKL image.
  *
- * Mounts /proc, /sys, /dev and /tmp, brings up loopback, sets the hostname,
+ * Mounts /proc, /sys, /dev and /tmp, brings up loopback and eth0 (QEMU user
+ * networking's 10.0.2.15, so that `ukl run --forward` works), sets the hostname,
  * starts the application named in /etc/ukl/app as a child with the
  * arguments in /etc/ukl/args (NUL-separated, supplied by `ukl run`), reaps
  * every child until the application exits, and reports its status:
@@ -14,7 +15,10 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <net/if.h>
+#include <net/route.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,17 +50,48 @@ static void mount_or_warn(const char *src, const char *dst, const char *type,
 		say("cannot mount %s", dst);
 }
 
-static void loopback_up(void)
+static void set_addr(int s, struct ifreq *ifr, unsigned long req, const char *addr)
 {
-	struct ifreq ifr = { .ifr_name = "lo" };
+	struct sockaddr_in *sin = (struct sockaddr_in *)&ifr->ifr_addr;
+
+	memset(sin, 0, sizeof(*sin));
+	sin->sin_family = AF_INET;
+	inet_pton(AF_INET, addr, &sin->sin_addr);
+	if (ioctl(s, req, ifr))
+		say("cannot configure %s", ifr->ifr_name);
+}
+
+/* Bring up NAME; with ADDR, give it ADDR/24 (and, for eth0, a default route) */
+static void iface_up(const char *name, const char *addr)
+{
+	struct ifreq ifr = { 0 };
 	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 
 	if (s < 0)
 		return;
-	if (ioctl(s, SIOCGIFFLAGS, &ifr) == 0) {
-		ifr.ifr_flags |= IFF_UP;
-		if (ioctl(s, SIOCSIFFLAGS, &ifr))
-			say("cannot bring up %s", "lo");
+	strncpy(ifr.ifr_name, name, IFNAMSIZ - 1);
+	if (ioctl(s, SIOCGIFFLAGS, &ifr)) {
+		close(s);
+		return;		/* no such device */
+	}
+	if (addr) {
+		set_addr(s, &ifr, SIOCSIFADDR, addr);
+		set_addr(s, &ifr, SIOCSIFNETMASK, "255.255.255.0");
+	}
+	ifr.ifr_flags |= IFF_UP;
+	if (ioctl(s, SIOCSIFFLAGS, &ifr))
+		say("cannot bring up %s", name);
+	if (addr) {
+		/* QEMU user networking: the host is 10.0.2.2 */
+		struct rtentry rt = { .rt_flags = RTF_UP | RTF_GATEWAY };
+		struct sockaddr_in *gw = (struct sockaddr_in *)&rt.rt_gateway;
+
+		((struct sockaddr_in *)&rt.rt_dst)->sin_family = AF_INET;
+		((struct sockaddr_in *)&rt.rt_genmask)->sin_family = AF_INET;
+		gw->sin_family = AF_INET;
+		inet_pton(AF_INET, "10.0.2.2", &gw->sin_addr);
+		if (ioctl(s, SIOCADDRT, &rt))
+			say("cannot add the default route via %s", name);
 	}
 	close(s);
 }
@@ -119,7 +154,9 @@ int main(void)
 	mount_or_warn("proc", "/proc", "proc", NULL);
 	mount_or_warn("sysfs", "/sys", "sysfs", NULL);
 	mount_or_warn("tmpfs", "/tmp", "tmpfs", "mode=1777");
-	loopback_up();
+	iface_up("lo", NULL);
+	/* QEMU user networking's guest address: `ukl run --forward` reaches it */
+	iface_up("eth0", "10.0.2.15");
 	if (sethostname("ukl", 3))
 		say("cannot set the hostname%s", "");
 
