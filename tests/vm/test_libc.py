@@ -21,7 +21,7 @@ def images(outdir):
 def run(out, *args, timeout="120"):
     res = ukl("run", out, "--timeout", timeout, "--", *args)
     # Only the application's lines: drop ukl's own notices.
-    lines = [l for l in res.stdout.splitlines() if not l.startswith("ukl:")]
+    lines = [l for l in res.stdout.splitlines() if not l.startswith(("ukl:", "ukl-init:"))]
     return res.returncode, lines
 
 
