@@ -44,9 +44,27 @@ def test_ukl_object_is_prefixed_and_needs_only_kernel_entry_points(tmp_path):
     src.write_text("static int n; void _start(void) { n++; __asm__ volatile(\"call ukl_entry_SYSCALL_64\"); }\n")
     out = tmp_path / "app.o"
     app.build_ukl_object([src], out, tmp_path)
-    defined, undefined = app._symbols(out)
+    defined, undefined, _weak = app._symbols(out)
     assert "ukl__start" in defined and undefined == {"ukl_entry_SYSCALL_64"}
     bad = tmp_path / "bad.c"
     bad.write_text("int printf(const char *, ...); void _start(void) { printf(\"x\"); }\n")
     with pytest.raises(UklError, match="printf"):
         app.build_ukl_object([bad], tmp_path / "bad.o", tmp_path)
+
+
+def test_lea_below_rsp_is_not_an_access():
+    dis = ("0000000000000000 <f>:\n   0:\tlea    -0x8(%rsp),%rbp\n   5:\tpush   %rbx\n   6:\tret\n"
+           "0000000000000007 <g>:\n   7:\tmov    %rdi,-0x8(%rsp)\n   c:\tret\n")
+    assert redzone.code_offenders(dis) == ["g accesses memory below %rsp"]
+
+
+def test_named_sections_get_start_and_stop_symbols(tmp_path):
+    src = tmp_path / "impls.c"
+    src.write_text('__attribute__((section("impls"), used)) static int a = 1;\n'
+                   "extern int __start_impls[], __stop_impls[];\n"
+                   "int count(void) { return __stop_impls - __start_impls; }\n")
+    obj = tmp_path / "impls.o"
+    subprocess.run(["gcc", "-O2", "-c", str(src), "-o", str(obj)], check=True)
+    assert app.named_sections([obj]) == ["impls"]
+    script = app.app_script([obj])
+    assert "__start_impls = .;" in script and "KEEP(*(impls))" in script and "@NAMED_SECTIONS@" not in script

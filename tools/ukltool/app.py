@@ -148,13 +148,15 @@ def link_ukl(objs: list[Path], archives: list[Path], out: Path, workdir: Path, l
         raise UklError("objects that use the red zone cannot run in ring 0:\n  " + "\n  ".join(bad),
                        "compile them with -mno-red-zone (ukl-cc does)")
     prelinked = workdir / "prelinked.o"
+    script = workdir / "ukl-app.lds"
+    script.write_text(app_script(objs))
     if lc is None:
         cmd = [*objs, *archives]
     else:
         before, after = lc.start_files()
         cmd = [*before, *objs, *lc.support_objects(), "--start-group", *archives, lc.archive("m"),
                lc.archive("c"), libgcc(), libgcc("eh"), "--end-group", *after]
-    run(["ld", "-r", "-d", "-T", KERNEL_DIR / "ukl-app.lds", "-o", prelinked, *cmd],
+    run(["ld", "-r", "-d", "-T", script, "-o", prelinked, *cmd],
         what="pre-linking the application")
     dis = run(["objdump", "-d", "--no-show-raw-insn", "-M", "att", prelinked], what="disassembling the application")
     bad = [f"{prelinked.name}: {f}" for f in redzone.code_offenders(dis)]
@@ -184,6 +186,29 @@ def link_ukl(objs: list[Path], archives: list[Path], out: Path, workdir: Path, l
                          if u in undefined or u.startswith(UKL_PREFIX) or u in LINKER_SYMBOLS | KEEP_NAMES)
     run(["objcopy", *(f"--redefine-sym={UKL_PREFIX}{u}={u}" for u in kernel_refs), prefixed, out],
         what="resolving the application's kernel references")
+
+
+def named_sections(objs: list[Path]) -> list[str]:
+    """Sections of the application's objects whose names are C identifiers:
+    programs find them through __start_NAME and __stop_NAME."""
+    names: set[str] = set()
+    for o in objs:
+        with open(o, "rb") as fh:
+            for sec in ELFFile(fh).iter_sections():
+                if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", sec.name) and sec["sh_flags"] & 2:  # SHF_ALLOC
+                    names.add(sec.name)
+    return sorted(names)
+
+
+def app_script(objs: list[Path]) -> str:
+    """kernel/ukl-app.lds with __start_/__stop_ symbols for the objects' named sections."""
+    text = (KERNEL_DIR / "ukl-app.lds").read_text()
+    marker = "\t\t/* @NAMED_SECTIONS@ */\n"
+    if marker not in text:
+        raise UklError("kernel/ukl-app.lds lacks the @NAMED_SECTIONS@ marker", "restore it from git")
+    block = "".join(f"\t\t__start_{n} = .;\n\t\tKEEP(*({n}))\n\t\t__stop_{n} = .;\n"
+                    for n in named_sections(objs))
+    return text.replace(marker, block)
 
 
 def libgcc(part: str = "") -> Path:

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from rich.markup import escape
+from rich.table import Table
 
 from ukltool import bench, image, initramfs, kernel, sources, ui, vm
 from ukltool.errors import UklError
@@ -82,6 +83,23 @@ def parser() -> argparse.ArgumentParser:
     ks.add_parser("reset", help="drop edits in the tree and re-apply kernel/patches")
     ks.add_parser("checkpatch", help="run scripts/checkpatch.pl --strict on every patch")
 
+    lb = sub.add_parser("libc", help="the glibc port: its tree, patches and glibc's own tests",
+                        description="Work on the glibc port (libc/) and run glibc's tests in ring 0.")
+    ls_ = lb.add_subparsers(dest="lcmd", metavar="ACTION", required=True)
+    ls_.add_parser("build", help="build glibc for UKL (incremental) and print its build directory")
+    ls_.add_parser("tree", help="apply libc/patches and print the glibc tree's path (a git repository)")
+    ls_.add_parser("export", help="write the glibc tree's commits since 'pristine' to libc/patches")
+    ls_.add_parser("reset", help="drop edits in the glibc tree and re-apply libc/patches")
+    lt = ls_.add_parser("tests", help="run a selection of glibc's own tests linked into the kernel",
+                        description="Build glibc's tests (listed in tools/ukltool/glibctests.py) into one UKL "
+                        "image, run each in its own boot under --config base, and report pass/fail per test.")
+    lt.add_argument("--only", nargs="+", metavar="TEST", help="run only these tests")
+    lt.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
+    lt.add_argument("--markdown", type=Path, metavar="FILE.md", help="write the results table as Markdown")
+    lt.add_argument("--logs", type=Path, default=Path("out/glibc-tests"), metavar="DIR",
+                    help="where each test's console log goes (default out/glibc-tests)")
+    lt.add_argument("--timeout", type=_positive, default=300.0, metavar="S", help="per test (default 300)")
+
     bn = sub.add_parser("bench", help="benchmarks comparing configurations")
     bs = bn.add_subparsers(dest="bcmd", metavar="SUITE", required=True)
     sc = bs.add_parser("syscalls", help="LEBench-style system call and page fault latencies",
@@ -146,6 +164,35 @@ def cmd_bench(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_libc(a: argparse.Namespace) -> int:
+    from ukltool import glibctests, libc
+    if a.lcmd == "build":
+        print(libc.build().objdir)
+    elif a.lcmd == "tree":
+        print(libc.tree())
+    elif a.lcmd == "export":
+        ui.info(f"wrote {len(libc.export())} patches to libc/patches")
+    elif a.lcmd == "reset":
+        print(libc.reset())
+    elif a.lcmd == "tests":
+        outcomes = glibctests.run_all(a.logs, a.timeout, a.only)
+        table = Table("directory", "test", "result", "status", "seconds", title="glibc tests in ring 0")
+        for o in outcomes:
+            table.add_row(o.subdir, o.test, o.verdict, "-" if o.status is None else str(o.status), f"{o.seconds:.0f}")
+        ui.Console().print(table)
+        unexplained = [o.test for o in outcomes if o.verdict == "FAIL" and o.test not in glibctests.EXPLAINED]
+        n_pass = sum(o.verdict == "PASS" for o in outcomes)
+        ui.info(f"{n_pass} of {len(outcomes)} pass; logs in {a.logs / 'logs'}")
+        if a.json:
+            glibctests.save_json(outcomes, a.json)
+        if a.markdown:
+            a.markdown.write_text(glibctests.markdown(outcomes, libc.build().version))
+        if unexplained:
+            ui.err.print("ukl: failures without an explanation: " + ", ".join(unexplained), markup=False)
+            return 1
+    return 0
+
+
 def cmd_kernel(a: argparse.Namespace) -> int:
     if a.kcmd == "tree":
         _, tree = sources.linux_tree()
@@ -186,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_kernel(args)
         if args.cmd == "bench":
             return cmd_bench(args)
+        if args.cmd == "libc":
+            return cmd_libc(args)
         if args.cmd == "sources":
             for fn in (sources.linux_tree, sources.glibc_tree):
                 src, tree = fn()
