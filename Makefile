@@ -8,7 +8,7 @@ setup:
 demo: setup
 	./ukl build examples/hello/hello.c --config linux -o out/hello
 	./ukl run out/hello -- hello from the host
-	./ukl build examples/freestanding/hello.c --freestanding --config base -o out/hello-ukl
+	./ukl build examples/hello/hello.c --config base -o out/hello-ukl
 	./ukl run out/hello-ukl -- hello from the host
 
 test: setup

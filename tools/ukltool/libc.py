@@ -88,6 +88,12 @@ def build() -> Libc:
         raise UklError(f"{WRAPPER} is missing or not executable", "restore it from git")
     src, tree = sources.glibc_tree()
     tree_key = series_mod.sync(SERIES, tree)
+    # Applications compile against the host's glibc headers (libc6-dev):
+    # they must be those of the same glibc.
+    dev = sources.installed_version("libc6-dev")
+    if dev != src.version:
+        ui.warn(f"the host's libc6-dev is {dev or 'not installed'}, the glibc built for UKL is {src.version}: "
+                "applications are compiled against the host's headers")
     flags = _flags_key()
     objdir = cache_dir() / "build" / "glibc"
     stamp = objdir / ".ukl-flags-key"
