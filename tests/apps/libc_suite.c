@@ -384,8 +384,31 @@ static void smash(const char *s)
 	printf("%s\n", small);
 }
 
+/* Each run must start from the program's initial data, also in ring 0 */
+static int data_counter = 10;
+static int bss_counter;
+
+static int reexec(char **argv, int n)
+{
+	data_counter++;
+	bss_counter++;
+	printf("run %d: data %d bss %d\n", n, data_counter, bss_counter);
+	fflush(stdout);
+	if (n < 3) {
+		char next[12];
+
+		snprintf(next, sizeof(next), "%d", n + 1);
+		execl("/proc/self/exe", argv[0], "reexec", next, (char *)NULL);
+		perror("execl");
+		return 1;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc > 2 && !strcmp(argv[1], "reexec"))
+		return reexec(argv, atoi(argv[2]));
 	atexit(at_exit_handler);
 	if (argc > 1 && !strcmp(argv[1], "exit")) {
 		printf("exiting with %d (unflushed)", atoi(argv[2]));

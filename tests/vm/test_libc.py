@@ -83,3 +83,11 @@ def test_the_linked_glibc_has_no_syscall_instruction_and_calls_the_clock_directl
     from ukltool import app
     assert app.raw_syscalls(dis) == []
     assert "<ukl_vdso_clock_gettime>" in dis
+
+
+def test_each_exec_starts_from_the_initial_data(images):
+    """The program execs itself twice: data and bss start afresh each time."""
+    results = {c: run(images[c], "reexec", "1") for c in images}
+    assert results["base"] == results["linux"], results
+    assert results["base"] == (0, ["run 1: data 11 bss 1", "run 2: data 11 bss 1", "run 3: data 11 bss 1"])
+    assert_clean(images["base"] / "console.log")
