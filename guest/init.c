@@ -5,7 +5,9 @@
  * Mounts /proc, /sys, /dev and /tmp, brings up loopback and eth0 (QEMU user
  * networking's 10.0.2.15, so that `ukl run --forward` works), sets the hostname,
  * starts the application named in /etc/ukl/app as a child with the
- * arguments in /etc/ukl/args (NUL-separated, supplied by `ukl run`), reaps
+ * arguments in /etc/ukl/args (NUL-separated, supplied by `ukl run`) -- or,
+ * when `ukl run --sh/--shell` supplied /etc/ukl/sh, /bin/sh with that
+ * command line (interactive when it is empty) and $UKL_APP set --, reaps
  * every child until the application exits, and reports its status:
  *   - as "status N" on /dev/ttyS1, the host's status channel;
  *   - by writing to QEMU's isa-debug-exit port, which ends the VM.
@@ -136,8 +138,9 @@ int main(void)
 {
 	static char app[4096], args[65536];
 	static char *argv[MAX_ARGS + 2];
+	static char app_env[4200];
 	char *envp[] = { "PATH=/bin:/sbin:/usr/bin:/usr/sbin", "HOME=/",
-			 "TERM=linux", "LANG=C", NULL };
+			 "TERM=linux", "LANG=C", NULL, NULL };
 	ssize_t alen;
 	pid_t pid, w;
 	int status, argc = 0, fd;
@@ -165,12 +168,26 @@ int main(void)
 		report_and_exit(127);
 	}
 	app[strcspn(app, "\n")] = 0;
-	argv[argc++] = strrchr(app, '/') ? strrchr(app, '/') + 1 : app;
-	alen = slurp("/etc/ukl/args", args, sizeof(args));
-	for (char *p = args; alen > 0 && p < args + alen && argc <= MAX_ARGS;
-	     p += strlen(p) + 1)
-		argv[argc++] = p;
-	argv[argc] = NULL;
+	alen = slurp("/etc/ukl/sh", args, sizeof(args));
+	if (alen >= 0) {
+		/* `ukl run --sh CMDS` (or --shell when empty): a shell instead */
+		snprintf(app_env, sizeof(app_env), "UKL_APP=%s", app);
+		envp[4] = app_env;
+		strcpy(app, "/bin/sh");
+		argv[argc++] = "sh";
+		if (alen > 0) {
+			argv[argc++] = "-c";
+			argv[argc++] = args;
+		}
+		argv[argc] = NULL;
+	} else {
+		argv[argc++] = strrchr(app, '/') ? strrchr(app, '/') + 1 : app;
+		alen = slurp("/etc/ukl/args", args, sizeof(args));
+		for (char *p = args; alen > 0 && p < args + alen && argc <= MAX_ARGS;
+		     p += strlen(p) + 1)
+			argv[argc++] = p;
+		argv[argc] = NULL;
+	}
 
 	fprintf(stderr, "ukl-init: starting %s\n", app);
 	pid = fork();

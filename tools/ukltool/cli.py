@@ -54,6 +54,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("-o", "--output", type=Path, default=Path("out"), metavar="OUTDIR",
                    help="output directory (default: out)")
     b.add_argument("--name", help="application name (default: the first source's stem)")
+    b.add_argument("--userspace", action="store_true",
+                   help="add a small Linux userspace (busybox: sh, ps, kill, top, ...) beside the application, "
+                   "which is then started as /ukl/NAME from `ukl run --sh` or --shell")
     b.add_argument("--freestanding", action="store_true",
                    help="no C library: the program brings its own _start and system call shim")
 
@@ -68,6 +71,12 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--forward", action="append", type=_forward, default=[], metavar="HOST:GUEST",
                    help="forward 127.0.0.1:HOST on the host to GUEST in the guest (TCP)")
     r.add_argument("--smp", type=int, default=2, help="virtual CPUs (default 2)")
+    sh = r.add_mutually_exclusive_group()
+    sh.add_argument("--sh", metavar="COMMANDS",
+                    help="run this shell command line in the guest instead of the application and exit with its "
+                    "status (images built with --userspace; $UKL_APP names the application)")
+    sh.add_argument("--shell", action="store_true",
+                    help="an interactive shell on the serial console (images built with --userspace)")
     r.add_argument("--log", type=Path, help="console log file (default OUTDIR/console.log)")
     r.add_argument("-v", "--verbose", action="store_true", help="show the kernel's boot messages")
     r.add_argument("args", nargs="*", metavar="ARGS",
@@ -122,20 +131,29 @@ def parser() -> argparse.ArgumentParser:
 
 
 def cmd_build(a: argparse.Namespace) -> int:
-    man = image.build(a.sources, a.config, a.output, a.name, a.freestanding)
+    man = image.build(a.sources, a.config, a.output, a.name, a.freestanding, a.userspace)
     ui.info(f"built '{man.app}' for configuration '{man.config}' (kernel {man.kernel_release}) in {a.output}")
     return 0
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    image.load(a.outdir)  # refuses what is not a build result
+    man = image.load(a.outdir)  # refuses what is not a build result
+    sh = "" if a.shell else a.sh
+    if sh is not None and not man.userspace:
+        raise UklError(f"{a.outdir} has no shell: it was built without --userspace",
+                       f"rebuild it with `ukl build ... --userspace -o {a.outdir}`")
+    if sh is not None and a.args:
+        raise UklError("application arguments cannot be combined with --sh or --shell",
+                       f"start the application in the command line: --sh '/ukl/{man.app} ARGS'")
+    if a.shell and not sys.stdin.isatty():
+        raise UklError("--shell needs a terminal on standard input", "use --sh 'COMMANDS' in scripts")
     _, tree = sources.linux_tree()
     log = a.log or a.outdir / "console.log"
     with tempfile.TemporaryDirectory(prefix="ukl-args-") as td:
-        extra = initramfs.args_archive(initramfs.gen_init_cpio(tree), a.args, Path(td))
+        extra = initramfs.args_archive(initramfs.gen_init_cpio(tree), a.args, Path(td), sh)
         res = vm.boot(vm.RunSpec(bzimage=a.outdir / "bzImage", initrds=[a.outdir / "initramfs.cpio", extra],
                                  log=log, timeout=a.timeout, icount=a.icount, append=a.append,
-                                 forwards=a.forward, smp=a.smp, verbose=a.verbose))
+                                 forwards=a.forward, smp=a.smp, verbose=a.verbose, interactive=a.shell))
     if res.failures:
         ui.err.print(f"[bold red]ukl: the kernel failed[/] (log: {log}):")
         for line in res.failures[:40]:

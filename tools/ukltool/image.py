@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass
@@ -23,6 +24,24 @@ class Manifest:
     kernel_key: str
     linux_version: str
     vmlinux: str
+    userspace: bool = False
+
+
+BUSYBOX = Path("/bin/busybox")
+
+
+def add_userspace(spec: initramfs.Spec) -> None:
+    """Debian's busybox-static with every applet linked, for shells and tools."""
+    from ukltool.proc import run
+    if not BUSYBOX.is_file():
+        raise UklError(f"{BUSYBOX} is missing", "install busybox-static (`make demo` does)")
+    for d in ("/usr", "/usr/bin", "/sbin", "/usr/sbin"):
+        spec.dir(d)
+    spec.file("/bin/busybox", BUSYBOX)
+    for applet in run([BUSYBOX, "--list-full"], what="busybox --list-full").split():
+        path = "/" + applet.lstrip("/")
+        if path != "/bin/busybox" and re.fullmatch(r"/[\w/.\[\]+-]+", path):
+            spec.slink(path, "/bin/busybox")
 
 
 def _prepare_outdir(outdir: Path) -> Path:
@@ -38,7 +57,7 @@ def _prepare_outdir(outdir: Path) -> Path:
 
 
 def build(srcs: list[Path], config: str, outdir: Path, name: str | None = None,
-          freestanding: bool = False) -> Manifest:
+          freestanding: bool = False, userspace: bool = False) -> Manifest:
     """SRCS: C files, or one directory with a Makefile or configure script."""
     project_dir = srcs[0].resolve() if len(srcs) == 1 and srcs[0].is_dir() else None
     if project_dir is None:
@@ -53,6 +72,8 @@ def build(srcs: list[Path], config: str, outdir: Path, name: str | None = None,
         src, tree = sources.linux_tree()
         spec = initramfs.runtime_skeleton()
         spec.file("/init", app.init_binary())
+        if userspace:
+            add_userspace(spec)
         starter = tmp / name
         with tempfile.TemporaryDirectory(prefix="ukl-build-") as td:
             work = Path(td)
@@ -92,7 +113,7 @@ def build(srcs: list[Path], config: str, outdir: Path, name: str | None = None,
         app_path.unlink()
         shutil.copy(kimg.bzimage, tmp / "bzImage")
         man = Manifest(config=config, app=name, kernel_release=kimg.release, kernel_key=kimg.key,
-                       linux_version=src.version, vmlinux=str(kimg.vmlinux))
+                       linux_version=src.version, vmlinux=str(kimg.vmlinux), userspace=userspace)
         (tmp / MANIFEST).write_text(json.dumps(asdict(man), indent=2) + "\n")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

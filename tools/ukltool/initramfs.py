@@ -70,10 +70,19 @@ def runtime_skeleton() -> Spec:
     return s
 
 
-def args_archive(tool: Path, args: list[str], workdir: Path) -> Path:
-    """A small archive carrying /etc/ukl/args (NUL-separated), appended at run time."""
+def args_archive(tool: Path, args: list[str], workdir: Path, sh: str | None = None) -> Path:
+    """A small archive carrying /etc/ukl/args (NUL-separated), appended at run
+    time, and /etc/ukl/sh when a shell is to run instead (SH: its command
+    line, empty for an interactive shell)."""
     data = workdir / "args"
     data.write_bytes(b"".join(a.encode() + b"\0" for a in args))
     out = workdir / "args.cpio"
-    write(tool, Spec().file("/etc/ukl/args", data, "0644"), out)
+    spec = Spec().file("/etc/ukl/args", data, "0644")
+    if sh is not None:
+        if "\0" in sh:
+            raise UklError("the shell command contains a NUL byte")
+        shf = workdir / "sh"
+        shf.write_text(sh)
+        spec.file("/etc/ukl/sh", shf, "0644")
+    write(tool, spec, out)
     return out

@@ -1,0 +1,59 @@
+"""Images with a userspace (--userspace): the application is started from a
+shell like any program, any number of times, beside ordinary processes,
+and standard tools see and manage it (issue 5, first part)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import REPO, assert_clean, build, ukl
+
+SRC = REPO / "tests" / "apps" / "libc_suite.c"
+
+SCRIPT = r"""
+echo app=$UKL_APP
+$UKL_APP stdio > /tmp/first; echo first=$?
+$UKL_APP reexec 1; echo second=$?
+$UKL_APP serve & pid=$!
+sleep 60 & other=$!
+sleep 2
+ps -o pid,comm | grep -w $pid
+echo tasks=$(ls /proc/$pid/task | wc -l)
+grep -E '^(Name|Threads):' /proc/$pid/status
+echo cmdline=$(tr '\0' ' ' < /proc/$pid/cmdline)
+grep -c . /proc/$pid/maps > /dev/null && echo maps=ok
+grep '\[stack\]' /proc/$pid/maps | cut -d' ' -f2
+cut -d' ' -f2,3 /proc/$pid/stat
+kill -TERM $pid; wait $pid; echo term=$?
+$UKL_APP serve & pid=$!
+sleep 1
+kill -KILL $pid; wait $pid; echo kill=$?
+kill -0 $other && echo other=alive
+kill $other
+exit 3
+"""
+
+
+@pytest.fixture(scope="module", params=["linux", "base"])
+def image(request, outdir):
+    return request.param, build(SRC, request.param, outdir / f"userspace-{request.param}", "--userspace")
+
+
+def test_app_started_from_a_shell_and_managed_by_standard_tools(image):
+    config, out = image
+    res = ukl("run", out, "--timeout", "240", "--sh", SCRIPT)
+    lines = res.stdout.splitlines()
+    assert res.returncode == 3, res.stdout
+    app = "/ukl/libc_suite" if config == "base" else "/bin/libc_suite"
+    for want in (f"app={app}", "first=0", "run 1: data 11 bss 1", "run 3: data 11 bss 1", "second=0",
+                 "serving", "tasks=3", "Name:\tlibc_suite", "Threads:\t3", f"cmdline={app} serve",
+                 "maps=ok", "rw-p", "(libc_suite) S", "term=143", "kill=137", "other=alive"):
+        assert any(l.strip().startswith(want) or l.strip() == want for l in lines), (want, res.stdout)
+    assert any(l.split()[-1:] == ["libc_suite"] for l in lines if l.strip()[:1].isdigit()), res.stdout
+    assert_clean(out / "console.log")
+
+
+def test_shell_options_need_a_userspace_image(outdir):
+    out = build(REPO / "examples" / "hello" / "hello.c", "linux", outdir / "no-userspace")
+    res = ukl("run", out, "--sh", "true")
+    assert res.returncode == 2 and "built without --userspace" in res.stdout and "Traceback" not in res.stdout
