@@ -13,6 +13,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <spawn.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -426,8 +427,37 @@ static int serve(void)
 		pause();
 }
 
+/* fork+exec of ordinary programs: system(), posix_spawn(); fork() itself */
+static int spawn(void)
+{
+	extern char **environ;
+	char *echo[] = { "echo", "spawned", "child", NULL };
+	pid_t pid;
+	int st, rc;
+
+	fflush(stdout);
+	rc = system("/bin/echo hi from system; exit 5");
+	printf("system: %d\n", WIFEXITED(rc) ? WEXITSTATUS(rc) : -1);
+	fflush(stdout);
+	rc = posix_spawn(&pid, "/bin/echo", NULL, NULL, echo, environ);
+	if (rc == 0 && waitpid(pid, &st, 0) == pid)
+		printf("posix_spawn: exited %d\n", WEXITSTATUS(st));
+	else
+		printf("posix_spawn: error %d\n", rc);
+	pid = fork();
+	if (pid == 0)
+		_exit(9);
+	if (pid > 0 && waitpid(pid, &st, 0) == pid)
+		printf("fork: child exited %d\n", WEXITSTATUS(st));
+	else
+		printf("fork: %s\n", strerrorname_np(errno));
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc > 1 && !strcmp(argv[1], "spawn"))
+		return spawn();
 	if (argc > 1 && !strcmp(argv[1], "serve"))
 		return serve();
 	if (argc > 2 && !strcmp(argv[1], "reexec"))

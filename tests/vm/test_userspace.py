@@ -57,3 +57,16 @@ def test_shell_options_need_a_userspace_image(outdir):
     out = build(REPO / "examples" / "hello" / "hello.c", "linux", outdir / "no-userspace")
     res = ukl("run", out, "--sh", "true")
     assert res.returncode == 2 and "built without --userspace" in res.stdout and "Traceback" not in res.stdout
+
+
+def test_spawning_ordinary_programs_from_the_application(image):
+    """system() and posix_spawn() (clone with CLONE_VM|CLONE_VFORK, then exec)
+    start ordinary programs, which run as normal processes; fork() of a UKL
+    process fails predictably with EOPNOTSUPP (its data is not private)."""
+    config, out = image
+    res = ukl("run", out, "--timeout", "120", "--sh", "$UKL_APP spawn; echo rc=$?")
+    assert res.returncode == 0, res.stdout
+    for want in ("hi from system", "system: 5", "spawned child", "posix_spawn: exited 0", "rc=0"):
+        assert want in res.stdout, (want, res.stdout)
+    assert ("fork: EOPNOTSUPP" if config == "base" else "fork: child exited 9") in res.stdout
+    assert_clean(out / "console.log")
