@@ -454,8 +454,34 @@ static int spawn(void)
 	return 0;
 }
 
+/* For profiling: a named hot function and system calls, for SECS seconds */
+__attribute__((noinline)) static unsigned long burn_cpu(unsigned long n)
+{
+	unsigned long x = n;
+
+	for (unsigned long i = 0; i < n; i++)
+		x = x * 6364136223846793005UL + 1442695040888963407UL;
+	return x;
+}
+
+static int burn(int secs)
+{
+	time_t end = time(NULL) + secs;
+	unsigned long sum = 0;
+
+	while (time(NULL) < end) {
+		sum += burn_cpu(200000);
+		for (int k = 0; k < 50; k++)
+			sum += (unsigned long)getppid();
+	}
+	printf("burned %d s (%lu)\n", secs, sum & 1);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc > 2 && !strcmp(argv[1], "burn"))
+		return burn(atoi(argv[2]));
 	if (argc > 1 && !strcmp(argv[1], "spawn"))
 		return spawn();
 	if (argc > 1 && !strcmp(argv[1], "serve"))

@@ -70,3 +70,23 @@ def test_spawning_ordinary_programs_from_the_application(image):
         assert want in res.stdout, (want, res.stdout)
     assert ("fork: EOPNOTSUPP" if config == "base" else "fork: child exited 9") in res.stdout
     assert_clean(out / "console.log")
+
+
+def test_perf_attributes_samples_to_application_and_kernel_functions(outdir):
+    """perf record on the running UKL application, beside an ordinary
+    process: perf report names the application's hot function (kallsyms:
+    ukl_ prefix) and kernel functions."""
+    out = build(SRC, "base", outdir / "userspace-base", "--userspace")
+    script = ("$UKL_APP burn 8 & pid=$!; sleep 30 & other=$!; sleep 1; "
+              "perf record -q -e cpu-clock -F 499 -p $pid -o /tmp/perf.data -- sleep 4; echo record=$?; "
+              "perf report -i /tmp/perf.data --stdio --sort sym 2>/dev/null | grep -v '^#' | grep .; "
+              "wait $pid; echo app=$?; kill $other")
+    res = ukl("run", out, "--timeout", "300", "--sh", script)
+    assert res.returncode == 0, res.stdout
+    assert "record=0" in res.stdout and "app=0" in res.stdout, res.stdout
+    rows = [l.split() for l in res.stdout.splitlines() if "%" in l and "[k]" in l]
+    syms = {r[-1]: float(r[0].rstrip("%")) for r in rows}
+    hot = [s for s in syms if s.startswith("ukl_burn_cpu")]
+    assert hot and syms[hot[0]] > 50, res.stdout
+    assert any(not s.startswith("ukl_") for s in syms), res.stdout  # kernel functions too
+    assert_clean(out / "console.log")

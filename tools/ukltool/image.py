@@ -28,6 +28,18 @@ class Manifest:
 
 
 BUSYBOX = Path("/bin/busybox")
+PERF = Path("/usr/bin/perf")  # Debian's linux-perf, built for 6.1
+
+
+def _shared_libraries(binary: Path) -> list[Path]:
+    """The shared libraries BINARY loads (ldd), including the dynamic loader."""
+    from ukltool.proc import run
+    libs = []
+    for line in run(["ldd", binary], what=f"ldd {binary}").splitlines():
+        m = re.search(r"(/\S+) \(0x", line)
+        if m:
+            libs.append(Path(m.group(1)))
+    return libs
 
 
 def add_userspace(spec: initramfs.Spec) -> None:
@@ -42,6 +54,18 @@ def add_userspace(spec: initramfs.Spec) -> None:
         path = "/" + applet.lstrip("/")
         if path != "/bin/busybox" and re.fullmatch(r"/[\w/.\[\]+-]+", path):
             spec.slink(path, "/bin/busybox")
+    # perf, with the shared libraries it needs (an ordinary dynamic program)
+    if not PERF.is_file():
+        raise UklError(f"{PERF} is missing", "install linux-perf (`make demo` does)")
+    dirs = {"/usr/bin"}
+    spec.file("/usr/bin/perf", PERF)
+    for lib in _shared_libraries(PERF):
+        real = lib.resolve()
+        for d in [*reversed(lib.parents)][1:]:
+            if str(d) not in dirs and str(d) not in ("/bin", "/usr", "/sbin", "/usr/sbin"):
+                spec.dir(str(d))
+                dirs.add(str(d))
+        spec.file(str(lib), real, "0755")
 
 
 def _prepare_outdir(outdir: Path) -> Path:
