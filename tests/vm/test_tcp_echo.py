@@ -72,3 +72,31 @@ def test_echo_from_the_host(outdir, config):
     assert "tcp-echo: listening on port 7777" in output
     assert f"served {clients + 1} clients" in output
     assert_clean(out / "console.log")
+
+
+def test_echo_in_a_userspace_image_while_a_shell_inspects_it(outdir):
+    """The ring-0 server, started from a shell, serves the host while the
+    shell sees its listening socket (netstat, /proc/net/tcp)."""
+    out = build(SRC, "base", outdir / "tcp-echo-userspace", "--userspace")
+    port = free_port()
+    script = ("$UKL_APP 7777 2 & pid=$!; sleep 2; netstat -tln | grep ':7777 '; "
+              "grep -c ':1E61 00000000:0000 0A' /proc/net/tcp; "
+              "ls -l /proc/$pid/fd | grep -c socket; wait $pid; echo server=$?")
+    proc = subprocess.Popen([str(UKL), "run", out, "--timeout", "240", "--forward", f"{port}:7777", "--sh", script],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+    try:
+        first = connect(port, time.monotonic() + 180)
+        first.close()
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+            s.sendall(b"hello ring 0\n")
+            assert s.recv(100) == b"hello ring 0\n"
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, output
+    lines = output.splitlines()
+    assert any("0.0.0.0:7777" in l and "LISTEN" in l for l in lines), output
+    assert "server=0" in output and "served 2 clients" in output
+    assert_clean(out / "console.log")

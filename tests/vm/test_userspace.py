@@ -90,3 +90,48 @@ def test_perf_attributes_samples_to_application_and_kernel_functions(outdir):
     assert hot and syms[hot[0]] > 50, res.stdout
     assert any(not s.startswith("ukl_") for s in syms), res.stdout  # kernel functions too
     assert_clean(out / "console.log")
+
+
+def test_interactive_shell_on_the_serial_console(image):
+    """`ukl run --shell` on a terminal: commands typed reach a shell in the
+    guest, and the shell's exit status is ukl's."""
+    import os
+    import pty
+    import select
+    import subprocess
+    import time
+
+    from conftest import UKL
+    config, out = image
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([str(UKL), "run", out, "--timeout", "180", "--shell"], stdin=slave, stdout=slave,
+                            stderr=slave, close_fds=True)
+    os.close(slave)
+    seen, sent = b"", False
+    deadline = time.monotonic() + 170
+    try:
+        while time.monotonic() < deadline:
+            r, _, _ = select.select([master], [], [], 1)
+            if r:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+            if not sent and b"# " in seen:
+                time.sleep(1)
+                os.write(master, b"echo marker-$((6*7)) $UKL_APP; exit 4\r")
+                sent = True
+            if proc.poll() is not None:
+                break
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    text = seen.decode(errors="replace")
+    assert sent, text
+    assert "marker-42 /" in text, text
+    assert proc.returncode == 4, text
