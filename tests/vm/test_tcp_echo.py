@@ -8,6 +8,7 @@ import random
 import socket
 import subprocess
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -25,11 +26,19 @@ def free_port() -> int:
 def connect(port: int, deadline: float) -> socket.socket:
     while True:
         try:
-            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            # A long timeout: a connection the guest accepted must not be
+            # retried (the server counts its clients), however slow it is.
+            s = socket.create_connection(("127.0.0.1", port), timeout=60)
             # QEMU accepts on the host side before the guest does; a
             # round trip proves the guest server is there.
             s.sendall(b"ping")
-            if s.recv(4) == b"ping":
+            got = b""
+            while len(got) < 4:
+                chunk = s.recv(4 - len(got))
+                if not chunk:
+                    break
+                got += chunk
+            if got == b"ping":
                 return s
             s.close()
         except OSError:
@@ -39,15 +48,25 @@ def connect(port: int, deadline: float) -> socket.socket:
         time.sleep(0.5)
 
 
+@contextmanager
+def booted(*args: str):
+    """`ukl run ARGS` in the background; the VM is killed if the test fails."""
+    proc = subprocess.Popen([str(UKL), "run", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, stdin=subprocess.DEVNULL, env=dict(os.environ))
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 @pytest.mark.parametrize("config", ["linux", "base"])
 def test_echo_from_the_host(outdir, config):
     out = build(SRC, config, outdir / f"tcp-echo-{config}")
     port = free_port()
     clients = 3
-    proc = subprocess.Popen([str(UKL), "run", out, "--timeout", "240", "--forward", f"{port}:7777", "--",
-                             "7777", str(clients + 1)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, stdin=subprocess.DEVNULL, env=dict(os.environ))
-    try:
+    with booted(str(out), "--timeout", "240", "--forward", f"{port}:7777", "--", "7777", str(clients + 1)) as proc:
         first = connect(port, time.monotonic() + 180)
         first.close()
         rnd = random.Random(1)
@@ -64,10 +83,6 @@ def test_echo_from_the_host(outdir, config):
                     got += chunk
             assert got == payload, f"client {n}: {len(got)} of {len(payload)} bytes came back intact"
         output, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert proc.returncode == 0, output
     assert "tcp-echo: listening on port 7777" in output
     assert f"served {clients + 1} clients" in output
@@ -82,19 +97,13 @@ def test_echo_in_a_userspace_image_while_a_shell_inspects_it(outdir):
     script = ("$UKL_APP 7777 2 & pid=$!; sleep 2; netstat -tln | grep ':7777 '; "
               "grep -c ':1E61 00000000:0000 0A' /proc/net/tcp; "
               "ls -l /proc/$pid/fd | grep -c socket; wait $pid; echo server=$?")
-    proc = subprocess.Popen([str(UKL), "run", out, "--timeout", "240", "--forward", f"{port}:7777", "--sh", script],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
-    try:
+    with booted(str(out), "--timeout", "240", "--forward", f"{port}:7777", "--sh", script) as proc:
         first = connect(port, time.monotonic() + 180)
         first.close()
         with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
             s.sendall(b"hello ring 0\n")
             assert s.recv(100) == b"hello ring 0\n"
         output, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert proc.returncode == 0, output
     lines = output.splitlines()
     assert any("0.0.0.0:7777" in l and "LISTEN" in l for l in lines), output
