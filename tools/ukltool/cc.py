@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ukltool import app, libc, ui
 from ukltool.errors import UklError
+from ukltool.proc import run
 
 TARGETS = ("base", "linux")
 SECTION = ".ukl_app"
@@ -161,8 +162,8 @@ def link_base(args: list[str]) -> int:
         if res.returncode:
             raise UklError("linking the host-runnable twin failed (see above)",
                            "the UKL object links, but the same objects do not link as a static program")
-        subprocess.run(["objcopy", f"--add-section={SECTION}={obj}",
-                        f"--set-section-flags={SECTION}=noload,readonly", str(host_out)], check=True)
+        run(["objcopy", f"--add-section={SECTION}={obj}", f"--set-section-flags={SECTION}=noload,readonly",
+             host_out], what="embedding the UKL object")
         tmp = Path(ln.output + ".ukl-partial")
         shutil.move(host_out, tmp)
         tmp.chmod(0o755)
