@@ -1,4 +1,4 @@
-"""glibc's own tests (78 of them) linked into the kernel and run in ring 0:
+"""glibc's own tests (77 of them) linked into the kernel and run in ring 0:
 `ukl libc tests` must pass every test but those whose failure cause is
 documented (docs/glibc-tests.md), and the kernel log of each boot must be
 clean."""
