@@ -427,7 +427,7 @@ static int serve(void)
 		pause();
 }
 
-/* fork+exec of ordinary programs: system(), posix_spawn(); fork() itself */
+/* fork+exec of ordinary programs: system(), posix_spawn(); a forked child's exit */
 static int spawn(void)
 {
 	extern char **environ;
@@ -451,6 +451,74 @@ static int spawn(void)
 		printf("fork: child exited %d\n", WEXITSTATUS(st));
 	else
 		printf("fork: %s\n", strerrorname_np(errno));
+	return 0;
+}
+
+/*
+ * fork(): parent and child run at the same time, each with its own data
+ * (.data, .bss, the C library's malloc and stdio state), then the child
+ * becomes /bin/echo. Many short children, and a child that starts the
+ * application again while its parent runs it.
+ */
+static int fork_counter = 100;
+static char *fork_msg;
+
+static int forks(char *self)
+{
+	int to_child[2], to_parent[2], st, ok = 0;
+	char c;
+	pid_t pid;
+
+	fork_msg = strdup("parent's");
+	if (pipe(to_child) || pipe(to_parent))
+		return 1;
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0) {
+		printf("fork: %s\n", strerrorname_np(errno));
+		return 1;
+	}
+	if (pid == 0) {
+		fork_counter = 1;
+		free(fork_msg);
+		fork_msg = strdup("child's");
+		if (write(to_parent[1], "c", 1) != 1 || read(to_child[0], &c, 1) != 1)
+			_exit(100);
+		printf("child: counter %d, %s heap\n", fork_counter, fork_msg);
+		fflush(stdout);
+		execl("/bin/echo", "echo", "child became echo", (char *)NULL);
+		_exit(127);
+	}
+	if (read(to_parent[0], &c, 1) != 1)
+		return 1;
+	printf("parent: counter %d, %s heap\n", fork_counter, fork_msg);
+	fork_counter = 2;
+	if (write(to_child[1], "p", 1) != 1 || waitpid(pid, &st, 0) != pid)
+		return 1;
+	printf("parent: child exited %d, counter %d\n", WEXITSTATUS(st), fork_counter);
+
+	for (int i = 0; i < 20; i++) {
+		fflush(stdout);
+		pid = fork();
+		if (pid == 0) {
+			char *p = malloc(4096 * (i + 1));
+
+			memset(p, i, 4096 * (i + 1));
+			fork_counter += i;
+			_exit(p[4096 * i] == i && fork_counter == 2 + i ? i : 200);
+		}
+		ok += pid > 0 && waitpid(pid, &st, 0) == pid && WEXITSTATUS(st) == i;
+	}
+	printf("fork: %d of 20 children saw their own data, counter %d\n", ok, fork_counter);
+
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		execl(self, self, "return", "7", (char *)NULL);
+		_exit(127);
+	}
+	if (pid > 0 && waitpid(pid, &st, 0) == pid)
+		printf("fork: the application started again in the child, exited %d\n", WEXITSTATUS(st));
 	return 0;
 }
 
@@ -484,6 +552,8 @@ int main(int argc, char **argv)
 		return burn(atoi(argv[2]));
 	if (argc > 1 && !strcmp(argv[1], "spawn"))
 		return spawn();
+	if (argc > 1 && !strcmp(argv[1], "fork"))
+		return forks("/proc/self/exe");
 	if (argc > 1 && !strcmp(argv[1], "serve"))
 		return serve();
 	if (argc > 2 && !strcmp(argv[1], "reexec"))
