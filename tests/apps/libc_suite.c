@@ -215,6 +215,56 @@ static void *pong(void *arg)
 	return NULL;
 }
 
+/* pthread_exit() from deep in a thread and pthread_cancel() unwind the stack */
+static void count_cleanup(void *arg)
+{
+	++*(int *)arg;
+}
+
+static void exit_deep(int n);
+static void (*volatile exit_next)(int) = exit_deep;	/* frames, not a loop */
+
+static void exit_deep(int n)
+{
+	if (n == 0)
+		pthread_exit((void *)42);
+	exit_next(n - 1);
+	__asm__ volatile("" ::: "memory");	/* not a tail call */
+}
+
+static void *exiting_thread(void *arg)
+{
+	pthread_cleanup_push(count_cleanup, arg);
+	exit_deep(5);
+	pthread_cleanup_pop(0);
+	return NULL;
+}
+
+static void *cancelled_thread(void *arg)
+{
+	pthread_cleanup_push(count_cleanup, arg);
+	for (;;)
+		pause();
+	pthread_cleanup_pop(0);
+	return NULL;
+}
+
+static void t_unwind(void)
+{
+	int cleanups = 0;
+	void *exited, *cancelled;
+	pthread_t t;
+
+	pthread_create(&t, NULL, exiting_thread, &cleanups);
+	pthread_join(t, &exited);
+	pthread_create(&t, NULL, cancelled_thread, &cleanups);
+	usleep(20000);
+	pthread_cancel(t);
+	pthread_join(t, &cancelled);
+	printf("unwind: pthread_exit value %ld, cancelled %s, cleanup handlers %d\n", (long)exited,
+	       cancelled == PTHREAD_CANCELED ? "yes" : "no", cleanups);
+}
+
 static void t_threads(void)
 {
 	pthread_t t[4];
@@ -574,7 +624,7 @@ int main(int argc, char **argv)
 	struct { const char *name; void (*fn)(void); } tests[] = {
 		{ "startup", t_startup }, { "stdio", t_stdio }, { "malloc", t_malloc }, { "strings", t_strings },
 		{ "time", t_time }, { "files", t_files }, { "threads", t_threads }, { "signals", t_signals },
-		{ "sockets", t_sockets }, { "errno", t_errno },
+		{ "sockets", t_sockets }, { "errno", t_errno }, { "unwind", t_unwind },
 	};
 	t_env(argc, argv);
 	for (size_t k = 0; k < sizeof(tests) / sizeof(*tests); k++) {

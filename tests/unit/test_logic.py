@@ -78,6 +78,13 @@ def test_forward_and_timeout_arguments():
         cli._positive("-1")
 
 
+def test_cflags_are_split_and_flags_ukl_owns_are_refused():
+    assert cli._cflags("-fno-omit-frame-pointer -DNAME='a b'") == ["-fno-omit-frame-pointer", "-DNAME=a b"]
+    for bad in ("-mcmodel=large", "-O2 -mred-zone", "-fPIC", "-o x", "'unclosed"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            cli._cflags(bad)
+
+
 def test_cli_reports_user_errors_without_traceback(tmp_path: Path, capsys):
     assert cli.main(["build", str(tmp_path / "missing.c")]) == 2
     err = capsys.readouterr().err

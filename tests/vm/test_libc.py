@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO, assert_clean, build, ukl
 
 SRC = REPO / "tests" / "apps" / "libc_suite.c"
-SECTIONS = ["startup", "stdio", "malloc", "strings", "time", "files", "threads", "signals", "sockets", "errno"]
+SECTIONS = ["startup", "stdio", "malloc", "strings", "time", "files", "threads", "signals", "sockets", "errno", "unwind"]
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +37,7 @@ PASS_LINES = {
     "strings": "strings: qsort", "time": "time: monotonic advances", "files": "files: 1000 lines",
     "threads": "threads: counter 40000, __thread distinct yes", "signals": "signals: raise SIGUSR1 handled",
     "sockets": "tcp: 1048576 bytes over loopback, intact yes", "errno": "errno: open ENOENT (2)",
+    "unwind": "unwind: pthread_exit value 42, cancelled yes, cleanup handlers 2",
 }
 
 

@@ -89,23 +89,32 @@ def test_fork_gives_the_child_private_data_and_exec_makes_it_ordinary(image):
     assert_clean(out / "console.log")
 
 
-def test_perf_attributes_samples_to_application_and_kernel_functions(outdir):
-    """perf record on the running UKL application, beside an ordinary
-    process: perf report names the application's hot function (kallsyms:
-    ukl_ prefix) and kernel functions."""
-    out = build(SRC, "base", outdir / "userspace-base", "--userspace")
+def test_perf_attributes_samples_and_call_chains_to_application_and_kernel_functions(outdir):
+    """perf record -g on the running UKL application (built with frame
+    pointers), beside an ordinary process: perf report names the
+    application's hot function (kallsyms: ukl_ prefix) and kernel
+    functions, and perf script shows the hot function's caller in the
+    application by name (the input of a flame graph)."""
+    out = build(SRC, "base", outdir / "userspace-base-fp", "--userspace", "--cflags=-fno-omit-frame-pointer")
     script = ("$UKL_APP burn 8 & pid=$!; sleep 30 & other=$!; sleep 1; "
-              "perf record -q -e cpu-clock -F 499 -p $pid -o /tmp/perf.data -- sleep 4; echo record=$?; "
-              "perf report -i /tmp/perf.data --stdio --sort sym 2>/dev/null | grep -v '^#' | grep .; "
+              "perf record -q -g -e cpu-clock -F 499 -p $pid -o /tmp/perf.data -- sleep 4; echo record=$?; "
+              "perf report -i /tmp/perf.data --stdio --no-children -g none --sort sym 2>/dev/null "
+              "| grep -v '^#' | grep .; "
+              "perf script -i /tmp/perf.data -F comm,ip,sym 2>/dev/null | grep -A1 ukl_burn_cpu | head -60; "
               "wait $pid; echo app=$?; kill $other")
     res = ukl("run", out, "--timeout", "300", "--sh", script)
     assert res.returncode == 0, res.stdout
     assert "record=0" in res.stdout and "app=0" in res.stdout, res.stdout
-    rows = [l.split() for l in res.stdout.splitlines() if "%" in l and "[k]" in l]
+    lines = res.stdout.splitlines()
+    rows = [l.split() for l in lines if "%" in l and "[k]" in l]
     syms = {r[-1]: float(r[0].rstrip("%")) for r in rows}
     hot = [s for s in syms if s.startswith("ukl_burn_cpu")]
     assert hot and syms[hot[0]] > 50, res.stdout
     assert any(not s.startswith("ukl_") for s in syms), res.stdout  # kernel functions too
+    callers = [lines[i + 1].split()[-1] for i, l in enumerate(lines[:-1])
+               if l.split()[-1:] and l.split()[-1].startswith("ukl_burn_cpu")]
+    # A caller in the application, named through kallsyms (not [unknown])
+    assert any(c.startswith("ukl_") and not c.startswith("ukl_burn_cpu") for c in callers), res.stdout
     assert_clean(out / "console.log")
 
 

@@ -44,12 +44,13 @@ def default_name(sources: list[Path]) -> str:
 FREESTANDING = ["-nostdlib", "-ffreestanding", "-fno-stack-protector", "-fno-builtin"]
 
 
-def build_static(sources: list[Path], out: Path, freestanding: bool = False) -> None:
+def build_static(sources: list[Path], out: Path, freestanding: bool = False,
+                 extra: list[str] | None = None) -> None:
     """An ordinary static binary (the `linux` baseline): against the host's
     glibc, or without any C library."""
     cc = need_tool("gcc", "gcc")
     flags = [*CFLAGS, *FREESTANDING] if freestanding else LIBC_CFLAGS
-    run([cc, *flags, "-static", "-o", out, *sources, *([] if freestanding else LIBS)],
+    run([cc, *flags, *(extra or []), "-static", "-o", out, *sources, *([] if freestanding else LIBS)],
         what=f"compiling {', '.join(s.name for s in sources)}")
 
 
@@ -124,7 +125,7 @@ def build_ukl_object(sources: list[Path], out: Path, workdir: Path, extra: list[
     link_ukl(objs, [], out, workdir, None)
 
 
-def build_libc_object(sources: list[Path], out: Path, workdir: Path) -> None:
+def build_libc_object(sources: list[Path], out: Path, workdir: Path, extra: list[str] | None = None) -> None:
     """Compile C files against our glibc port (as ukl-cc does) and pre-link them."""
     from ukltool import cc
     gcc = need_tool("gcc", "gcc")
@@ -132,7 +133,8 @@ def build_libc_object(sources: list[Path], out: Path, workdir: Path) -> None:
     objs = []
     for i, src in enumerate(sources):
         obj = workdir / f"{i}-{src.stem}.o"
-        run([gcc, *cc.compile_flags([]), *LIBC_CFLAGS, "-c", "-o", obj, src], what=f"compiling {src.name} for UKL")
+        run([gcc, *cc.compile_flags([]), *LIBC_CFLAGS, *(extra or []), "-c", "-o", obj, src],
+            what=f"compiling {src.name} for UKL")
         objs.append(obj)
     link_ukl(objs, [lc.archive("m")], out, workdir, lc)
 
@@ -156,8 +158,11 @@ def link_ukl(objs: list[Path], archives: list[Path], out: Path, workdir: Path, l
         before, after = lc.start_files()
         cmd = [*before, *objs, *lc.support_objects(), "--start-group", *archives, lc.archive("m"),
                lc.archive("c"), libgcc(), libgcc("eh"), "--end-group", *after]
-    run(["ld", "-r", "-d", "-T", script, "-o", prelinked, *cmd],
+    combined = workdir / "combined.o"
+    run(["ld", "-r", "-d", "-T", script, "-o", combined, *cmd],
         what="pre-linking the application")
+    run(["ld", "-r", "-T", KERNEL_DIR / "ukl-eh-frame.lds", "-o", prelinked, combined],
+        what="placing the application's unwind tables")
     dis = run(["objdump", "-d", "--no-show-raw-insn", "-M", "att", prelinked], what="disassembling the application")
     bad = [f"{prelinked.name}: {f}" for f in redzone.code_offenders(dis)]
     if bad:

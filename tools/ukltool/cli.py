@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -27,6 +29,23 @@ def _forward(text: str) -> tuple[int, int]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"'{text}' is not HOSTPORT:GUESTPORT (e.g. 5555:5555)") from None
     return host, guest
+
+
+# Flags that would undo what running in the kernel image needs
+_CFLAGS_REFUSED = re.compile(r"^(-mcmodel=.*|-mred-zone|-f(pic|PIC|pie|PIE)|-shared|-c|-o.*|-S|-E)$")
+
+
+def _cflags(text: str) -> list[str]:
+    try:
+        flags = shlex.split(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"cannot split '{text}' into flags: {e}") from None
+    bad = [f for f in flags if _CFLAGS_REFUSED.match(f)]
+    if bad:
+        raise argparse.ArgumentTypeError(
+            f"{' '.join(bad)}: not allowed in --cflags (ukl sets the code model, the red zone, PIC and the "
+            "outputs itself)")
+    return flags
 
 
 def _positive(text: str) -> float:
@@ -59,6 +78,9 @@ def parser() -> argparse.ArgumentParser:
                    "which is then started as /ukl/NAME from `ukl run --sh` or --shell")
     b.add_argument("--freestanding", action="store_true",
                    help="no C library: the program brings its own _start and system call shim")
+    b.add_argument("--cflags", type=_cflags, default=[], metavar="FLAGS",
+                   help="extra compiler flags for C files, the same for every configuration "
+                   "(for example --cflags=-fno-omit-frame-pointer for perf call chains)")
 
     r = sub.add_parser("run", help="boot a build result in QEMU", epilog=EPILOG_RUN,
                        description="Boot OUTDIR in QEMU, show the application's output and exit with its status.")
@@ -131,7 +153,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def cmd_build(a: argparse.Namespace) -> int:
-    man = image.build(a.sources, a.config, a.output, a.name, a.freestanding, a.userspace)
+    man = image.build(a.sources, a.config, a.output, a.name, a.freestanding, a.userspace, a.cflags)
     ui.info(f"built '{man.app}' for configuration '{man.config}' (kernel {man.kernel_release}) in {a.output}")
     return 0
 

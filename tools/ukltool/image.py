@@ -81,13 +81,16 @@ def _prepare_outdir(outdir: Path) -> Path:
 
 
 def build(srcs: list[Path], config: str, outdir: Path, name: str | None = None,
-          freestanding: bool = False, userspace: bool = False) -> Manifest:
-    """SRCS: C files, or one directory with a Makefile or configure script."""
+          freestanding: bool = False, userspace: bool = False, cflags: list[str] | None = None) -> Manifest:
+    """SRCS: C files, or one directory with a Makefile or configure script.
+    CFLAGS: extra compiler flags for C files (any configuration)."""
+    cflags = cflags or []
     project_dir = srcs[0].resolve() if len(srcs) == 1 and srcs[0].is_dir() else None
     if project_dir is None:
         srcs = app.check_sources(srcs)
-    elif freestanding:
-        raise UklError("--freestanding applies to C files, not to a directory", "name the C files")
+    elif freestanding or cflags:
+        raise UklError("--freestanding and --cflags apply to C files, not to a directory",
+                       "name the C files, or pass CFLAGS to the project's own build")
     kernel.fragments(config)  # validates the name before any work
     ukl = kernel.is_ukl(config)
     name = name or (project_dir.name if project_dir else app.default_name(srcs))
@@ -113,12 +116,12 @@ def build(srcs: list[Path], config: str, outdir: Path, name: str | None = None,
                     shutil.copy(prog, starter)
             elif ukl and freestanding:
                 obj = tmp / f"{name}.ukl.o"
-                app.build_ukl_object(srcs, obj, work)
+                app.build_ukl_object(srcs, obj, work, cflags)
             elif ukl:
                 obj = tmp / f"{name}.ukl.o"
-                app.build_libc_object(srcs, obj, work)
+                app.build_libc_object(srcs, obj, work, cflags)
             else:
-                app.build_static(srcs, starter, freestanding)
+                app.build_static(srcs, starter, freestanding, cflags)
         if ukl:
             # The application is linked into the kernel; exec of a file
             # that starts with the UKL magic starts it.
