@@ -309,6 +309,12 @@ static int run(int argc, char **argv, char **envp, unsigned long *auxv)
 		return *(volatile int *)0xdead0000UL;
 	if (seq(c, "kernel-hole"))
 		return *(volatile int *)0xffff800000000000UL;
+	if (seq(c, "const")) {
+		static const int constant = 1;
+
+		*(volatile int *)&constant = 2;
+		return constant;
+	}
 	if (seq(c, "divide"))
 		return divide(1, 0);
 	if (seq(c, "ud2"))

@@ -82,7 +82,7 @@ def test_signals_restart_and_caught_faults(image):
 
 
 @pytest.mark.parametrize("case,status", [
-    ("null", 139), ("wild", 139), ("kernel-hole", 139), ("divide", 136), ("ud2", 132),
+    ("null", 139), ("wild", 139), ("kernel-hole", 139), ("const", 139), ("divide", 136), ("ud2", 132),
     ("int3", 133), ("overflow", 139)])
 def test_app_faults_are_signals_not_oopses(image, case, status):
     config, res, out = run(image, case)
