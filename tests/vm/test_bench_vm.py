@@ -1,5 +1,7 @@
 """The benchmark instrument, CI-sized: it runs end to end and --icount
-results repeat exactly."""
+results repeat: every median exactly, every 99th percentile to within 1%
+(icount alone is not record/replay: a rare interruption, such as a timer
+tick, can land in a different iteration of the 1,000)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,12 @@ def test_quick_icount_runs_repeat_exactly(tmp_path):
         assert res.returncode == 0, res.stdout
         assert "getppid" in res.stdout and "base vs linux" in res.stdout
         runs.append(json.loads(out.read_text()))
-    assert runs[0]["results"] == runs[1]["results"]
+    for config, points in runs[0]["results"].items():
+        again = runs[1]["results"][config]
+        assert [(p["op"], p["size"], p["median"]) for p in points] == \
+            [(p["op"], p["size"], p["median"]) for p in again], config
+        for p, q in zip(points, again):
+            assert abs(p["p99"] - q["p99"]) <= 0.01 * p["p99"], (config, p, q)
     ops = {p["op"] for p in runs[0]["results"]["base"]}
     assert {"getppid", "read", "write", "sendto", "recvfrom", "mmap+munmap", "page-fault",
             "stack-fault", "thread-create+join", "context-switch"} <= ops
