@@ -10,7 +10,7 @@ import json
 from conftest import ukl
 
 
-def test_quick_icount_runs_repeat_exactly(tmp_path):
+def test_quick_icount_runs_repeat(tmp_path):
     runs = []
     for i in range(2):
         out = tmp_path / f"run{i}.json"
