@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ukltool import app, cc, initramfs, kernel, project, sources
 from ukltool.errors import UklError
+from ukltool.proc import run
 
 MANIFEST = "manifest.json"
 UKL_MAGIC = b"\x7fUKL"  # asm/ukl.h
@@ -33,7 +34,6 @@ PERF = Path("/usr/bin/perf")  # Debian's linux-perf, built for 6.1
 
 def _shared_libraries(binary: Path) -> list[Path]:
     """The shared libraries BINARY loads (ldd), including the dynamic loader."""
-    from ukltool.proc import run
     libs = []
     for line in run(["ldd", binary], what=f"ldd {binary}").splitlines():
         m = re.search(r"(/\S+) \(0x", line)
@@ -44,7 +44,6 @@ def _shared_libraries(binary: Path) -> list[Path]:
 
 def add_userspace(spec: initramfs.Spec) -> None:
     """Debian's busybox-static with every applet linked, for shells and tools."""
-    from ukltool.proc import run
     if not BUSYBOX.is_file():
         raise UklError(f"{BUSYBOX} is missing", "install busybox-static (`make demo` does)")
     for d in ("/usr", "/usr/bin", "/sbin", "/usr/sbin"):
