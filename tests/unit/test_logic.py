@@ -25,6 +25,16 @@ def test_failure_lines_find_panics_oopses_bugs_warnings():
     assert len(logscan.failure_lines(log, context=1)) == 4
 
 
+def test_failure_lines_find_the_debug_checkers_reports():
+    for line in ("BUG: sleeping function called from invalid context at mm/memory.c:5000",
+                 "WARNING: possible circular locking dependency detected",
+                 "WARNING: suspicious RCU usage", "BUG: KASAN: slab-out-of-bounds in foo+0x1/0x2",
+                 "rcu: INFO: rcu_preempt self-detected stall on CPU",
+                 "watchdog: BUG: soft lockup - CPU#1 stuck for 22s!",
+                 "INFO: task app:42 blocked for more than 120 seconds."):
+        assert logscan.failure_lines(f"Booting\n{line}\nmore\n") == [line]
+
+
 def test_clean_log_has_no_failures():
     assert logscan.failure_lines("Linux version 6.1\nukl-init: application exited with status 0\n") == []
     # An application printing the word "warning" is not a kernel failure.

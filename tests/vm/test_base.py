@@ -1,5 +1,6 @@
-"""Boot tests of the UKL base model (--config base), with the same
-freestanding program built for --config linux as the reference."""
+"""Boot tests of the UKL base model (--config base, and base-debug: the same
+on a debug kernel), with the same freestanding program built for
+--config linux as the reference."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from conftest import REPO, assert_clean, build, ukl
 
 SRC = REPO / "tests" / "apps" / "ukl_base.c"
-CONFIGS = ["linux", "base"]
+CONFIGS = ["linux", "base", "base-debug"]
 
 
 @pytest.fixture(scope="module", params=CONFIGS)
@@ -25,7 +26,7 @@ def run(image, *args, smp="1"):
 def test_runs_in_the_right_ring_with_args_and_auxv(image):
     config, res, out = run(image, "info", "x y")
     assert res.returncode == 0, res.stdout
-    assert f"ring {0 if config == 'base' else 3}" in res.stdout
+    assert f"ring {3 if config == 'linux' else 0}" in res.stdout
     assert "argv[1] = info" in res.stdout and "argv[2] = x y" in res.stdout
     assert "AT_PAGESZ 4096" in res.stdout and "AT_RANDOM yes" in res.stdout
     assert "ppid 1" in res.stdout
@@ -107,7 +108,7 @@ def test_app_symbols_are_prefixed_in_the_kernel_symbol_table(image):
     smap = Path(json.loads((out / "manifest.json").read_text())["vmlinux"]).with_name("System.map")
     names = {line.split()[2] for line in smap.read_text().splitlines()}
     assert "main" not in names
-    if config == "base":
+    if config != "linux":
         assert {"ukl_main", "ukl__start", "ukl_entry_SYSCALL_64"} <= names
     else:  # stock Linux: nothing of UKL
         assert not {n for n in names if n.startswith("ukl_")}

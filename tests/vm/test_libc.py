@@ -15,7 +15,7 @@ SECTIONS = ["startup", "stdio", "malloc", "strings", "time", "files", "threads",
 
 @pytest.fixture(scope="module")
 def images(outdir):
-    return {c: build(SRC, c, outdir / f"libc-suite-{c}") for c in ("linux", "base")}
+    return {c: build(SRC, c, outdir / f"libc-suite-{c}") for c in ("linux", "base", "base-debug")}
 
 
 def run(out, *args, timeout="120"):
@@ -44,13 +44,14 @@ PASS_LINES = {
 @pytest.mark.parametrize("section", SECTIONS)
 def test_same_output_in_ring_0_and_ring_3(full_runs, images, section):
     code_l, out_l = full_runs["linux"]
-    code_b, out_b = full_runs["base"]
     assert code_l == 0, out_l
-    assert not any(l.startswith("FAIL") for l in out_b), out_b
-    assert any(l.startswith(PASS_LINES[section]) for l in out_b), out_b
-    assert (code_b, out_b) == (code_l, out_l)
-    assert out_b[-2:] == ["done", "atexit handler ran"]
-    assert_clean(images["base"] / "console.log")
+    for config in ("base", "base-debug"):
+        code_b, out_b = full_runs[config]
+        assert not any(l.startswith("FAIL") for l in out_b), (config, out_b)
+        assert any(l.startswith(PASS_LINES[section]) for l in out_b), (config, out_b)
+        assert (code_b, out_b) == (code_l, out_l), config
+        assert out_b[-2:] == ["done", "atexit handler ran"]
+        assert_clean(images[config] / "console.log")
 
 
 @pytest.mark.parametrize("args,status", [

@@ -35,7 +35,7 @@ exit 3
 """
 
 
-@pytest.fixture(scope="module", params=["linux", "base"])
+@pytest.fixture(scope="module", params=["linux", "base", "base-debug"])
 def image(request, outdir):
     return request.param, build(SRC, request.param, outdir / f"userspace-{request.param}", "--userspace")
 
@@ -45,7 +45,7 @@ def test_app_started_from_a_shell_and_managed_by_standard_tools(image):
     res = ukl("run", out, "--timeout", "240", "--sh", SCRIPT)
     lines = res.stdout.splitlines()
     assert res.returncode == 3, res.stdout
-    app = "/ukl/libc_suite" if config == "base" else "/bin/libc_suite"
+    app = "/bin/libc_suite" if config == "linux" else "/ukl/libc_suite"
     for want in (f"app={app}", "first=0", "run 1: data 11 bss 1", "run 3: data 11 bss 1", "second=0",
                  "serving", "beside=0 3", "tasks=3", "Name:\tlibc_suite", "Threads:\t3", f"cmdline={app} serve",
                  "maps=ok", "rw-p", "(libc_suite) S", "term=143", "kill=137", "other=alive"):

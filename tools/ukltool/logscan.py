@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import re
 
-# What Linux prints when it panics, oopses, hits BUG() or WARN().
+# What Linux prints when it panics, oopses, hits BUG() or WARN(), and what
+# the debug configuration's checkers print (lockdep and KASAN reports start
+# with WARNING: or BUG:; stalls and lockups do not).
 FAILURE = re.compile(
     r"Kernel panic - not syncing|\bOops\b|\bBUG:|kernel BUG at|\bWARNING:|"
     r"general protection fault|Unable to handle kernel|double fault:|"
-    r"\bstack segment:|Call Trace:")
+    r"\bstack segment:|Call Trace:|rcu: INFO:|soft lockup|hard LOCKUP|"
+    r"INFO: task .* blocked|UBSAN:")
 
 
 def failure_lines(log: str, context: int = 0) -> list[str]:
