@@ -32,6 +32,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #define DEBUG_EXIT_PORT 0xf4
@@ -119,6 +120,8 @@ static void report_and_exit(int code)
 	int fd = open("/dev/ttyS1", O_WRONLY | O_NOCTTY | O_CLOEXEC);
 
 	fprintf(stderr, "ukl-init: application exited with status %d\n", code);
+	/* QEMU exits with the status: first let the console send what is queued */
+	tcdrain(STDERR_FILENO);
 	if (fd >= 0) {
 		snprintf(line, sizeof(line), "status %d\n", code);
 		if (write(fd, line, strlen(line)) < 0)

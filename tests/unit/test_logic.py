@@ -104,3 +104,16 @@ def test_cli_reports_user_errors_without_traceback(tmp_path: Path, capsys):
     (tmp_path / "a.c").write_text("int main(){}")
     assert cli.main(["build", str(tmp_path / "a.c"), "--config", "nope"]) == 2
     assert "unknown configuration" in capsys.readouterr().err
+
+
+def test_icount_runs_one_cpu_and_refuses_more():
+    assert cli.run_smp(None, False) == 2
+    assert cli.run_smp(None, True) == 1
+    assert cli.run_smp(1, True) == 1 and cli.run_smp(3, False) == 3
+    for smp, icount in ((2, True), (0, False)):
+        try:
+            cli.run_smp(smp, icount)
+        except UklError as e:
+            assert "--smp" in e.message
+        else:
+            raise AssertionError((smp, icount))

@@ -31,6 +31,7 @@ sleep 1
 kill -KILL $pid; wait $pid; echo kill=$?
 kill -0 $other && echo other=alive
 kill $other
+sleep 1  # console output queued at the moment the VM exits can be lost
 exit 3
 """
 

@@ -21,6 +21,19 @@ signal N; {vm.EXIT_TIMEOUT} on timeout; {vm.EXIT_KERNEL_FAILURE} when the kernel
 WARNING (the lines are shown); {vm.EXIT_NO_STATUS} when the VM ended without reporting a status."""
 
 
+def run_smp(smp: int | None, icount: bool) -> int:
+    """Virtual CPUs for `ukl run`: 2, or 1 with --icount (-icount with
+    sleep=off cannot bring up a second CPU); --smp 2 --icount is refused."""
+    if smp is None:
+        return 1 if icount else 2
+    if smp < 1:
+        raise UklError(f"--smp {smp}: a VM needs at least one CPU", "give --smp 1 or more")
+    if icount and smp > 1:
+        raise UklError(f"--smp {smp} with --icount: QEMU's -icount sleep=off cannot start a second CPU",
+                       "leave out --smp, or drop --icount")
+    return smp
+
+
 def _forward(text: str) -> tuple[int, int]:
     try:
         host, guest = (int(x) for x in text.split(":"))
@@ -92,7 +105,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--append", action="append", default=[], metavar="ARGS", help="extra kernel command line")
     r.add_argument("--forward", action="append", type=_forward, default=[], metavar="HOST:GUEST",
                    help="forward 127.0.0.1:HOST on the host to GUEST in the guest (TCP)")
-    r.add_argument("--smp", type=int, default=2, help="virtual CPUs (default 2)")
+    r.add_argument("--smp", type=int, default=None,
+                   help="virtual CPUs (default 2; 1 with --icount, under which QEMU cannot start a second CPU)")
     sh = r.add_mutually_exclusive_group()
     sh.add_argument("--sh", metavar="COMMANDS",
                     help="run this shell command line in the guest instead of the application and exit with its "
@@ -175,7 +189,8 @@ def cmd_run(a: argparse.Namespace) -> int:
         extra = initramfs.args_archive(initramfs.gen_init_cpio(tree), a.args, Path(td), sh)
         res = vm.boot(vm.RunSpec(bzimage=a.outdir / "bzImage", initrds=[a.outdir / "initramfs.cpio", extra],
                                  log=log, timeout=a.timeout, icount=a.icount, append=a.append,
-                                 forwards=a.forward, smp=a.smp, verbose=a.verbose, interactive=a.shell))
+                                 forwards=a.forward, smp=run_smp(a.smp, a.icount), verbose=a.verbose,
+                                 interactive=a.shell))
     if res.failures:
         ui.err.print(f"[bold red]ukl: the kernel failed[/] (log: {log}):")
         for line in res.failures[:40]:
