@@ -122,23 +122,28 @@ sleep 1
 """
 
 
-# What a backtrace that sysrq 'l' asks for consists of: its header, then
-# registers, indented frames and markers (a failure's own first line, such
-# as "WARNING:" or "BUG:", never looks like this)
+# A backtrace that sysrq 'l' asks for runs from its header to the end of
+# its stack dump (or, for a CPU interrupted in user mode, to the next
+# header); a failure's own first line ("WARNING:", "BUG:", ...) always ends
+# it and is kept.
 BACKTRACE_HEADER = re.compile(r"NMI backtrace for cpu|sysrq: Show backtrace")
-BACKTRACE_LINE = re.compile(r"^(\s|$|CPU: |Hardware name:|Workqueue:|Call Trace:|Code:|RIP:|RSP:|RAX:|RDX:|RBP:|R10:|R13:|"
-                            r"FS:|CS:|CR2:|DR[0-7]:|PKRU:)")
+BACKTRACE_END = re.compile(r"^\s*</(TASK|NMI|IRQ)>")
 
 
 def without_nmi_backtraces(log: str) -> str:
     """The console without the backtraces sysrq 'l' asks for (their
     "Call Trace:" lines are requested output, not failures)."""
+    from ukltool import logscan
     out, inside = [], False
     for line in log.splitlines():
         if BACKTRACE_HEADER.search(line):
             inside = True
-        elif not (inside and BACKTRACE_LINE.match(line)):
+        elif inside and BACKTRACE_END.search(line):
             inside = False
+        elif inside and logscan.FAILURE.search(line) and not line.startswith("Call Trace:"):
+            inside = False
+            out.append(line)
+        elif not inside:
             out.append(line)
     return "\n".join(out)
 
