@@ -198,6 +198,33 @@ static void ptrace_noncanonical(void)
 	exit(status_code(st));
 }
 
+/* A tracer (root) single-steps a child through system calls, then lets it go */
+static void ptrace_stepped(void)
+{
+	int st, steps = 0;
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		ptrace(PTRACE_TRACEME, 0, 0, 0);
+		raise(SIGSTOP);
+		for (int i = 0; i < 100; i++)
+			(void)getppid();
+		_exit(0);
+	}
+	waitpid(pid, &st, 0);
+	for (; steps < 200 && WIFSTOPPED(st); steps++) {
+		if (steps > 0 && WSTOPSIG(st) != SIGTRAP)
+			exit(4);
+		ptrace(PTRACE_SINGLESTEP, pid, 0, 0);
+		waitpid(pid, &st, 0);
+	}
+	if (steps != 200)
+		exit(5);
+	ptrace(PTRACE_CONT, pid, 0, 0);
+	waitpid(pid, &st, 0);
+	exit(status_code(st));
+}
+
 static void divide_error(void)
 {
 	__asm__ volatile("xorl %%ecx, %%ecx\n\tmovl $1, %%eax\n\tcltd\n\tidivl %%ecx"
@@ -249,6 +276,7 @@ static const struct fault {
 	{ "tf-stepped", tf_stepped },
 	{ "sigreturn-noncanonical", sigreturn_noncanonical },
 	{ "ptrace-noncanonical", ptrace_noncanonical },
+	{ "ptrace-stepped", ptrace_stepped },
 	{ "divide-error", divide_error },
 	{ "ud2", ud2 },
 	{ "int3", int3 },
