@@ -25,7 +25,6 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +43,6 @@
 
 static const char *self;
 
-int recurse_depth_probe(void);
 
 static int status_code(int st)
 {
@@ -362,6 +360,15 @@ static int matrix(void)
 
 /* ---- vfork ---- */
 
+/* A frame deeper than the parent's, for a vfork child to write */
+static int recurse_depth_probe(void)
+{
+	volatile char pad[2048];
+
+	pad[0] = 5;
+	return pad[0] + (int)getppid() * 0;
+}
+
 static int vfork_cases(void)
 {
 	volatile int local = 17;
@@ -522,13 +529,6 @@ static int storm(double seconds)
 	return faults > 0 && storm_signals > 0 ? 0 : 1;
 }
 
-int recurse_depth_probe(void)
-{
-	volatile char pad[2048];
-
-	pad[0] = 5;
-	return pad[0] + (int)getppid() * 0;
-}
 
 int main(int argc, char **argv)
 {
