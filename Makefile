@@ -1,5 +1,5 @@
 # The two commands of README.md: `make demo` and `make test`.
-.PHONY: demo test setup unit
+.PHONY: demo test setup unit lint
 
 setup:
 	@scripts/install-host-deps
@@ -12,7 +12,11 @@ demo: setup
 	./ukl run out/hello-ukl -- hello from the host
 
 test: setup
+	scripts/lint
 	.venv/bin/python -m pytest -v tests
+
+lint: setup
+	scripts/lint
 
 unit: setup
 	.venv/bin/python -m pytest -v tests/unit

@@ -8,22 +8,10 @@ from pathlib import Path
 from ukltool import app, cc
 
 
-def test_link_line_is_split_for_both_links():
-    ln = cc.parse_link(["-O2", "-o", "prog", "main.c", "util.o", "-Iinc", "-DX=1", "-L", "lib", "-lfoo",
-                        "libbar.a", "-lm", "-Wl,--as-needed", "-pthread", "-x", "c"])
-    assert ln.output == "prog"
-    assert ln.sources == ["main.c"]
-    assert ln.inputs == ["util.o", "libbar.a"]
-    assert ln.libs == ["foo", "m"] and ln.libdirs == ["lib"]
-    assert ln.order == [("src", "main.c"), ("in", "util.o"), ("lib", "foo"), ("in", "libbar.a"), ("lib", "m")]
-    assert "-Iinc" in ln.compile_opts and "-pthread" in ln.compile_opts
-    assert ["-x", "c"] == ln.compile_opts[-2:]
-    assert not any(o.startswith("-Wl") for o in ln.compile_opts)
-
-
 def test_compile_flags_keep_pic_code_pic():
     assert "-mcmodel=kernel" in cc.compile_flags(["-O2"])
-    assert "-mcmodel=kernel" not in cc.compile_flags(["-fPIC"])
+    for pic in ("-fPIC", "-fpic", "-fPIE", "-fpie"):
+        assert "-mcmodel=kernel" not in cc.compile_flags([pic])
     for args in ([], ["-fPIC"]):
         f = cc.compile_flags(args)
         assert "-mno-red-zone" in f and "-mstack-protector-guard-reg=fs" in f and "-D__UKL__" in f

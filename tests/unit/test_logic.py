@@ -71,12 +71,32 @@ def test_series_key_changes_with_content(tmp_path: Path):
     assert kernel.series_key([a]) != k1
 
 
-def test_initramfs_spec_lines(tmp_path: Path):
-    s = initramfs.runtime_skeleton().file("/bin/x", tmp_path / "x")
-    assert "nod /dev/console 0600 0 0 c 5 1" in s.lines
-    assert f"file /bin/x {tmp_path / 'x'} 0755 0 0" in s.lines
-    with pytest.raises(UklError, match="white space"):
-        initramfs.Spec().file("/a", Path("/tmp/has space"))
+def test_initramfs_archives_are_newc_cpio_that_cpio_reads(tmp_path: Path):
+    import subprocess
+    (tmp_path / "has space").write_bytes(b"x" * 5)
+    s = initramfs.runtime_skeleton().file("/bin/x y", tmp_path / "has space").slink("/bin/sh", "busybox")
+    out = tmp_path / "a.cpio"
+    initramfs.write(s, out)
+    data = out.read_bytes()
+    assert data.startswith(b"070701") and len(data) % 4 == 0
+    listing = subprocess.run(["cpio", "-itv", "--quiet"], input=data, capture_output=True, check=True).stdout
+    lines = [l.split() for l in listing.decode().splitlines()]
+    by_name = {" ".join(l[l.index("2000") + 1:]): l for l in lines}
+    assert by_name["dev/console"][0] == "crw-------" and by_name["dev/console"][4:6] == ["5,", "1"]
+    assert by_name["tmp"][0] == "drwxrwxrwt" and by_name["bin/x y"][0] == "-rwxr-xr-x"
+    assert by_name["bin/sh -> busybox"][0] == "lrwxrwxrwx"
+    assert all(l[2:4] == ["root", "root"] for l in lines)
+    content = subprocess.run(["cpio", "-i", "--quiet", "--to-stdout", "bin/x y"], input=data,
+                             capture_output=True, check=True).stdout
+    assert content == b"xxxxx"
+    again = tmp_path / "b.cpio"
+    initramfs.write(s, again)
+    assert again.read_bytes() == data, "archives are reproducible"
+    with pytest.raises(UklError, match="not an absolute path"):
+        initramfs.Spec().file("etc/x", tmp_path / "has space")
+    with pytest.raises(UklError, match="cannot read"):
+        initramfs.write(initramfs.Spec().file("/a", tmp_path / "missing"), tmp_path / "c.cpio")
+    assert not (tmp_path / "c.cpio").exists() and not (tmp_path / "c.cpio.partial").exists()
 
 
 def test_forward_and_timeout_arguments():
@@ -117,3 +137,14 @@ def test_icount_runs_one_cpu_and_refuses_more():
             assert "--smp" in e.message
         else:
             raise AssertionError((smp, icount))
+
+
+def test_checkpatch_outcomes_are_read_from_status_and_summary():
+    from ukltool import kernel
+    assert kernel.checkpatch_errors(0, "") == 0
+    summary = "total: {} errors, 1 warnings, 0 checks, 9 lines checked\n"
+    assert kernel.checkpatch_errors(1, "p:3: WARNING:X: y\n" + summary.format(0)) == 0
+    assert kernel.checkpatch_errors(1, "p:1: ERROR:X: y\n" + summary.format(2)) == 2
+    for rc, out in ((1, ""), (2, "Can't locate Foo.pm in @INC"), (127, "perl: not found"), (255, "died")):
+        with pytest.raises(UklError, match="checkpatch.pl did not run"):
+            kernel.checkpatch_errors(rc, out)

@@ -68,3 +68,29 @@ def test_named_sections_get_start_and_stop_symbols(tmp_path):
     assert app.named_sections([obj]) == ["impls"]
     script = app.app_script([obj])
     assert "__start_impls = .;" in script and "KEEP(*(impls))" in script and "@NAMED_SECTIONS@" not in script
+
+
+def test_a_check_that_cannot_run_fails(tmp_path, monkeypatch):
+    """Not an object, or no working objdump: an error, never "no findings"."""
+    junk = tmp_path / "junk.o"
+    junk.write_text("not an object\n")
+    with pytest.raises(UklError, match="junk.o is not an ELF object"):
+        redzone.check_object(junk)
+    obj = compile_(tmp_path, "-O2", "-mno-red-zone")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "objdump").write_text("#!/bin/sh\necho 'objdump: broken' >&2\nexit 1\n")
+    (fake / "objdump").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:/usr/bin:/bin")
+    with pytest.raises(UklError, match="objdump cannot read .*leaf.o.*objdump: broken"):
+        redzone.check_object(obj)
+
+
+def test_units_compiled_without_no_red_zone_are_named_from_their_debug_info(tmp_path):
+    src = tmp_path / "tls.c"
+    # thread-local data gives .debug_info relocations pyelftools cannot apply
+    src.write_text("__thread int counter;\nint bump(void) { return ++counter; }\n")
+    for flags, expect in ((["-g"], ["tls.c was compiled without -mno-red-zone"]), (["-g", "-mno-red-zone"], [])):
+        obj = tmp_path / "tls.o"
+        subprocess.run(["gcc", "-O2", *flags, "-c", str(src), "-o", str(obj)], check=True)
+        assert [f.split(": ", 1)[1].rsplit("/", 1)[-1] for f in redzone.check_object(obj)] == expect

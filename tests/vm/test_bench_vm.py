@@ -25,7 +25,7 @@ def test_quick_icount_runs_repeat(tmp_path):
         again = runs[1]["results"][config]
         assert [(p["op"], p["size"], p["median"]) for p in points] == \
             [(p["op"], p["size"], p["median"]) for p in again], config
-        for p, q in zip(points, again):
+        for p, q in zip(points, again, strict=True):
             assert abs(p["p99"] - q["p99"]) <= 0.01 * p["p99"], (config, p, q)
     ops = {p["op"] for p in runs[0]["results"]["base"]}
     assert {"getppid", "read", "write", "sendto", "recvfrom", "mmap+munmap", "page-fault",

@@ -10,7 +10,8 @@ import pytest
 from conftest import REPO, assert_clean, build, ukl
 
 SRC = REPO / "tests" / "apps" / "libc_suite.c"
-SECTIONS = ["startup", "stdio", "malloc", "strings", "time", "files", "threads", "signals", "sockets", "errno", "unwind"]
+SECTIONS = ["startup", "stdio", "malloc", "strings", "time", "files", "threads", "signals", "sockets", "errno",
+            "unwind"]
 
 
 @pytest.fixture(scope="module")
@@ -72,11 +73,10 @@ def test_exit_status_and_stack_protector(images, args, status):
 
 
 def test_the_linked_glibc_has_no_syscall_instruction_and_calls_the_clock_directly(images):
-    import json
     import subprocess
-    from pathlib import Path
 
-    vmlinux = Path(json.loads((images["base"] / "manifest.json").read_text())["vmlinux"])
+    from ukltool import image
+    vmlinux = image.load(images["base"]).vmlinux_path()
     smap = vmlinux.with_name("System.map").read_text()
     assert " ukl___libc_start_main" in smap and " ukl_printf" in smap
     dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-j", ".ukl.text", str(vmlinux)],

@@ -162,3 +162,54 @@ def test_interactive_shell_on_the_serial_console(image):
     assert sent, text
     assert "marker-42 /" in text, text
     assert proc.returncode == 4, text
+
+
+def _children(pid: int) -> set[int]:
+    from pathlib import Path
+    kids: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        kids |= {int(k) for k in (task / "children").read_text().split()}
+    return kids
+
+
+def _gone(pid: int, seconds: float = 10) -> bool:
+    import os
+    import time
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            os.kill(pid, 0)
+            # a zombie is gone too: it runs nothing and holds no port
+            if open(f"/proc/{pid}/stat").read().split(") ")[1].startswith("Z"):
+                return True
+        except (ProcessLookupError, FileNotFoundError):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+@pytest.mark.parametrize("how,status", [("SIGTERM", 143), ("SIGINT", 130), ("SIGKILL", -9), ("closed pipe", 141)])
+def test_qemu_never_outlives_ukl_run(outdir, how, status):
+    """Stopping `ukl run` by its PID, or closing the pipe it writes to,
+    stops QEMU too (issue 12 item 8, issue 16 item 3)."""
+    import signal
+    import subprocess
+    out = outdir / "userspace-base"
+    if not out.exists():
+        build(SRC, "base", out, "--userspace")
+    proc = subprocess.Popen([str(REPO / "ukl"), "run", str(out), "--timeout", "600", "--sh",
+                             "echo ready; while true; do echo tick; sleep 1; done"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.strip() == "ready":
+            break
+    qemu = _children(proc.pid)
+    assert qemu, "no QEMU process found under ukl"
+    if how == "closed pipe":
+        proc.stdout.close()
+    else:
+        proc.send_signal(getattr(signal, how))
+    assert proc.wait(timeout=60) == status
+    assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
+    assert all(_gone(pid) for pid in qemu), f"QEMU ({qemu}) still runs after {how}"

@@ -9,15 +9,10 @@ from pathlib import Path
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
-from ukltool import libc, redzone
+from ukltool import flags, libc, redzone
 from ukltool.errors import UklError
 from ukltool.paths import GUEST_DIR, KERNEL_DIR, cache_dir
 from ukltool.proc import need_tool, run
-
-CFLAGS = ["-O2", "-g", "-Wall"]
-# Programs with a C library are built hardened, as distributions build them.
-LIBC_CFLAGS = [*CFLAGS, "-fstack-protector-strong"]
-LIBS = ["-lm", "-lpthread"]
 
 
 def check_sources(sources: list[Path]) -> list[Path]:
@@ -41,16 +36,13 @@ def default_name(sources: list[Path]) -> str:
     return name or "app"
 
 
-FREESTANDING = ["-nostdlib", "-ffreestanding", "-fno-stack-protector", "-fno-builtin"]
-
-
 def build_static(sources: list[Path], out: Path, freestanding: bool = False,
                  extra: list[str] | None = None) -> None:
     """An ordinary static binary (the `linux` baseline): against the host's
     glibc, or without any C library."""
     cc = need_tool("gcc", "gcc")
-    flags = [*CFLAGS, *FREESTANDING] if freestanding else LIBC_CFLAGS
-    run([cc, *flags, *(extra or []), "-static", "-o", out, *sources, *([] if freestanding else LIBS)],
+    cflags = [*flags.CFLAGS, *flags.FREESTANDING] if freestanding else flags.LIBC_CFLAGS
+    run([cc, *cflags, *(extra or []), "-static", "-o", out, *sources, *([] if freestanding else flags.LIBS)],
         what=f"compiling {', '.join(s.name for s in sources)}")
 
 
@@ -67,12 +59,6 @@ def init_binary() -> Path:
     return out
 
 
-# Code that runs in ring 0 inside the kernel image: the kernel's code model,
-# no red zone, no PIE. Without a C library (yet) the application is
-# freestanding and gets __UKL__ to choose its system call path.
-UKL_CFLAGS = ["-mcmodel=kernel", "-mno-red-zone", "-fno-pie", "-fno-pic", "-ffreestanding",
-              "-fno-stack-protector", "-fno-asynchronous-unwind-tables", "-fcf-protection=none",
-              "-D__UKL__"]
 UKL_PREFIX = "ukl_"
 # Defined by the kernel's linker script for the application (vmlinux.lds.S)
 LINKER_SYMBOLS = {"__rela_iplt_start", "__rela_iplt_end"}
@@ -82,7 +68,9 @@ KEEP_NAMES = {"_GLOBAL_OFFSET_TABLE_"}
 
 def _symbols(obj: Path) -> tuple[set[str], set[str], set[str]]:
     """(defined global symbols, undefined symbols, weak undefined symbols) of a relocatable object."""
-    defined, undefined, weak = set(), set(), set()
+    defined: set[str] = set()
+    undefined: set[str] = set()
+    weak: set[str] = set()
     with open(obj, "rb") as fh:
         for sec in ELFFile(fh).iter_sections():
             if not isinstance(sec, SymbolTableSection):
@@ -119,7 +107,7 @@ def build_ukl_object(sources: list[Path], out: Path, workdir: Path, extra: list[
     objs = []
     for i, src in enumerate(sources):
         obj = workdir / f"{i}-{src.stem}.o"
-        run([cc, *CFLAGS, *UKL_CFLAGS, "-fno-builtin", *(extra or []), "-c", "-o", obj, src],
+        run([cc, *flags.CFLAGS, *flags.FREESTANDING_RING0, "-fno-builtin", *(extra or []), "-c", "-o", obj, src],
             what=f"compiling {src.name} for UKL")
         objs.append(obj)
     link_ukl(objs, [], out, workdir, None)
@@ -127,19 +115,18 @@ def build_ukl_object(sources: list[Path], out: Path, workdir: Path, extra: list[
 
 def build_libc_object(sources: list[Path], out: Path, workdir: Path, extra: list[str] | None = None) -> None:
     """Compile C files against our glibc port (as ukl-cc does) and pre-link them."""
-    from ukltool import cc
     gcc = need_tool("gcc", "gcc")
     lc = libc.build()
     objs = []
     for i, src in enumerate(sources):
         obj = workdir / f"{i}-{src.stem}.o"
-        run([gcc, *cc.compile_flags([]), *LIBC_CFLAGS, *(extra or []), "-c", "-o", obj, src],
+        run([gcc, *flags.ring0([]), *flags.LIBC_CFLAGS, *(extra or []), "-c", "-o", obj, src],
             what=f"compiling {src.name} for UKL")
         objs.append(obj)
-    link_ukl(objs, [lc.archive("m")], out, workdir, lc)
+    link_ukl(objs, [lc.library("m")], out, workdir, lc)
 
 
-def link_ukl(objs: list[Path], archives: list[Path], out: Path, workdir: Path, lc: "libc.Libc | None") -> None:
+def link_ukl(objs: list[Path], archives: list[Path], out: Path, workdir: Path, lc: libc.Libc | None) -> None:
     """Pre-link the application (objects, then archives, then our glibc if
     LC is given) for linking into vmlinux.
 
@@ -153,11 +140,11 @@ def link_ukl(objs: list[Path], archives: list[Path], out: Path, workdir: Path, l
     script = workdir / "ukl-app.lds"
     script.write_text(app_script(objs))
     if lc is None:
-        cmd = [*objs, *archives]
+        cmd: list[str | Path] = [*objs, *archives]
     else:
         before, after = lc.start_files()
-        cmd = [*before, *objs, *lc.support_objects(), "--start-group", *archives, lc.archive("m"),
-               lc.archive("c"), libgcc(), libgcc("eh"), "--end-group", *after]
+        cmd = [*before, *objs, *lc.support_objects(), "--start-group", *archives, lc.library("m"),
+               lc.library("c"), libgcc(), libgcc("eh"), "--end-group", *after]
     combined = workdir / "combined.o"
     run(["ld", "-r", "-d", "-T", script, "-o", combined, *cmd],
         what="pre-linking the application")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from ukltool import image, initramfs, sources, ui, vm
+from ukltool import image, initramfs, ui, vm
 from ukltool.errors import UklError
 from ukltool.paths import REPO, cache_dir
 
@@ -45,6 +45,8 @@ class Report:
     kernels: dict[str, str] = field(default_factory=dict)
     results: dict[str, list[Point]] = field(default_factory=dict)
 
+
+ICOUNT_NOTE = " with `-icount shift=0,sleep=off`, so one unit is one guest instruction and runs repeat exactly"
 
 def parse(text: str) -> list[Point]:
     """BENCH lines of one run; an unfinished run is an error."""
@@ -83,13 +85,12 @@ def run(configs: list[str], icount: bool, quick: bool, timeout: float) -> Report
         configs = [BASELINE, *configs]
     report = Report(unit="guest instructions" if icount else "ns (TCG wall clock: relative only)",
                     accel="", icount=icount, quick=quick, machine=machine(), configs=configs)
-    _, tree = sources.linux_tree()
     for config in configs:
         out = cache_dir() / "bench" / config
-        man = image.build([SOURCE], config, out, "lebench", freestanding=True)
+        man = image.build(image.BuildSpec([SOURCE], config, out, "lebench", freestanding=True))
         report.kernels[config] = man.kernel_release
         with tempfile.TemporaryDirectory(prefix="ukl-bench-") as td:
-            args = initramfs.args_archive(initramfs.gen_init_cpio(tree), ["quick"] if quick else [], Path(td))
+            args = initramfs.args_archive(["quick"] if quick else [], Path(td))
             with ui.step(f"benchmarking '{config}'"):
                 res = vm.boot(vm.RunSpec(bzimage=out / "bzImage", initrds=[out / "initramfs.cpio", args],
                                          log=out / "console.log", timeout=timeout, icount=icount, smp=1,
@@ -142,7 +143,7 @@ def markdown(report: Report, plot: Path | None) -> str:
            f"{' --icount' if report.icount else ''}{' --quick' if report.quick else ''}`: "
            f"bench/lebench.c, a freestanding program (no C library) built unchanged for every "
            f"configuration, booted under QEMU ({report.accel.upper()}, `-cpu max`, 1 vCPU)"
-           f"{' with `-icount shift=0,sleep=off`, so one unit is one guest instruction and runs repeat exactly' if report.icount else ''}. "
+           f"{ICOUNT_NOTE if report.icount else ''}. "
            f"Each point: warm-up, then {'1,000' if report.quick else '10,000'} iterations timed with RDTSCP, "
            f"median and 99th percentile; buffers are mmap'ed and pre-faulted; output is held until the end "
            f"and address-space randomization is off (`norandmaps`) so that runs repeat. Unit: {report.unit}.")
@@ -207,8 +208,8 @@ def plot(report: Report, path: Path) -> None:
     ax = fig.add_subplot(grid[2, :])
     width = 0.8 / len(report.configs)
     for j, c in enumerate(report.configs):
-        pts = {(p.op, p.size): p for p in report.results[c]}
-        vals = [pts[k].median if k in pts else 0 for k in SMALL_OPS]
+        by_key = {(p.op, p.size): p for p in report.results[c]}
+        vals = [by_key[k].median if k in by_key else 0 for k in SMALL_OPS]
         ax.bar([x + j * width for x in range(len(SMALL_OPS))], vals, width, label=c)
     ax.set_xticks([x + width * (len(report.configs) - 1) / 2 for x in range(len(SMALL_OPS))])
     ax.set_xticklabels([f"{op} {s}" if s else op for op, s in SMALL_OPS], rotation=20, fontsize=8)

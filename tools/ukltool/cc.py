@@ -25,75 +25,22 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from ukltool import app, libc, ui
+from ukltool import app, flags, gccargs, libc, ui
 from ukltool.errors import UklError
 from ukltool.proc import run
 
 TARGETS = ("base", "linux")
 SECTION = ".ukl_app"
 HOST_ENTRY = libc.LIBC_DIR / "host-entry.s"
-COMPILE_ONLY = {"-c", "-S", "-E", "-M", "-MM"}
-SOURCE_SUFFIXES = (".c", ".s", ".S", ".i")
-# Options that take the next argument as their value.
-WITH_VALUE = {"-o", "-I", "-D", "-U", "-include", "-imacros", "-isystem", "-iquote", "-idirafter",
-              "-MF", "-MT", "-MQ", "-x", "-L", "-l", "-Xlinker", "-Xassembler", "-Xpreprocessor",
-              "-u", "-T", "-z", "-e", "--param", "-aux-info"}
+ELF_MAGIC = b"\x7fELF"
+AR_MAGIC = b"!<arch>\n"
 
 
 def compile_flags(args: list[str]) -> list[str]:
     """The flags of code that runs in the kernel image (before the user's)."""
-    pic = any(a in ("-fPIC", "-fpic", "-fPIE", "-fpie") for a in args)
-    return [*([] if pic else ["-fno-pie", "-mcmodel=kernel"]), "-mno-red-zone",
-            "-mstack-protector-guard-reg=fs", "-D__UKL__", f"-Wa,{libc.SYSCALL_MACRO}"]
-
-
-@dataclass
-class LinkLine:
-    """A gcc link command split into what each of our two links needs."""
-    output: str = "a.out"
-    sources: list[str] = field(default_factory=list)
-    inputs: list[str] = field(default_factory=list)      # objects and archives, in order
-    libs: list[str] = field(default_factory=list)        # -lNAME, in order (NAME)
-    libdirs: list[str] = field(default_factory=list)
-    compile_opts: list[str] = field(default_factory=list)  # what compiling sources needs
-    order: list[tuple[str, str]] = field(default_factory=list)  # ("src"|"in"|"lib", value)
-
-
-def parse_link(args: list[str]) -> LinkLine:
-    ln = LinkLine()
-    i = 0
-    while i < len(args):
-        a = args[i]
-        val = None
-        if a in WITH_VALUE and i + 1 < len(args):
-            val = args[i + 1]
-            i += 1
-        if a == "-o":
-            ln.output = val or ln.output
-        elif a == "-l" or (a.startswith("-l") and len(a) > 2):
-            name = val if a == "-l" else a[2:]
-            ln.libs.append(name)
-            ln.order.append(("lib", name))
-        elif a == "-L" or (a.startswith("-L") and len(a) > 2):
-            ln.libdirs.append(val if a == "-L" else a[2:])
-        elif a.startswith("-Wl,") or a in ("-Xlinker", "-static", "-pie", "-no-pie", "-rdynamic",
-                                           "-s", "-nostartfiles", "-static-libgcc") or a.startswith("-B"):
-            pass  # the host link gets them from the original command line
-        elif not a.startswith("-") and a.endswith(SOURCE_SUFFIXES):
-            ln.sources.append(a)
-            ln.order.append(("src", a))
-        elif not a.startswith("-") and val is None:
-            ln.inputs.append(a)
-            ln.order.append(("in", a))
-        else:
-            ln.compile_opts.append(a)
-            if val is not None:
-                ln.compile_opts.append(val)
-        i += 1
-    return ln
+    return flags.ring0(args)
 
 
 def _gcc() -> str:
@@ -111,64 +58,101 @@ def _exec(cmd: list[str]) -> int:
     return subprocess.run(cmd).returncode
 
 
-def _find_archive(name: str, ln: LinkLine, lc: libc.Libc) -> Path:
-    for d in ln.libdirs:
+def refusal(cmd: gccargs.Command) -> UklError | None:
+    """Why CMD cannot be built for the kernel image, if it cannot."""
+    for inp in cmd.inputs:
+        if inp.kind == "source" and inp.lang not in gccargs.C_LANGS:
+            what = "C++" if inp.lang.startswith("c++") else f"'{inp.lang}'"
+            return UklError(f"{inp.value}: {what} is not supported for UKL applications yet",
+                            "UKL applications are C (and assembly); build C++ programs with UKL_TARGET=linux")
+    if cmd.mode == "shared":
+        return UklError("shared libraries cannot be linked into the kernel image",
+                        "build a static archive instead (ar rcs libX.a ...)")
+    if cmd.mode == "link":
+        for inp in cmd.inputs:
+            if inp.kind == "shared":
+                return UklError(f"{inp.value}: a shared library cannot be linked into the kernel image",
+                                "link its static archive (libX.a) instead")
+    return None
+
+
+def find_archive(name: str, libdirs: list[str], lc: libc.Libc) -> Path:
+    """-lNAME for the kernel image: our glibc's libraries first, then
+    libNAME.a in the -L directories, then the system's static libraries."""
+    ours = lc.archive(name)
+    if ours is not None:
+        return ours
+    for d in libdirs:
         p = Path(d) / f"lib{name}.a"
         if p.is_file():
             return p
-    p = lc.archive(name)
-    if p is not None:
-        return p
-    raise UklError(f"library -l{name} not found for UKL",
+    system = subprocess.run([_gcc(), f"-print-file-name=lib{name}.a"], capture_output=True, text=True)
+    found = Path(system.stdout.strip())
+    if system.returncode == 0 and found.is_absolute() and found.is_file():
+        return found
+    raise UklError(f"library -l{name} not found for UKL (no lib{name}.a in the -L directories or the system's)",
                    f"build lib{name}.a with CC=ukl-cc and pass its directory with -L; shared libraries "
                    "cannot be linked into the kernel image")
 
 
-def link_base(args: list[str]) -> int:
-    ln = parse_link(args)
-    if not ln.sources and not ln.inputs:
-        raise UklError("ukl-cc: no input files", "usage: ukl-cc [options] FILE... [-o OUTPUT]")
+def _check_file(path: str, magic: bytes, what: str) -> Path:
+    p = Path(path)
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(len(magic))
+    except OSError as e:
+        raise UklError(f"{path}: {e.strerror}", "check the path") from None
+    if head != magic:
+        raise UklError(f"{path}: not {what}", "UKL links ELF objects and ar archives only")
+    return p
+
+
+def link_base(cmd: gccargs.Command) -> int:
+    if not cmd.inputs or not any(i.kind != "lib" for i in cmd.inputs):
+        raise UklError("no input files", "usage: ukl-cc [options] FILE... [-o OUTPUT]")
+    output = cmd.output or "a.out"
     lc = libc.build()
     with tempfile.TemporaryDirectory(prefix="ukl-cc-") as td:
         work = Path(td)
-        objs: dict[str, Path] = {}
-        for n, src in enumerate(ln.sources):
-            obj = work / f"{n}-{Path(src).stem}.o"
-            rc = _exec([_gcc(), *compile_flags(ln.compile_opts), *ln.compile_opts, "-c", src, "-o", str(obj)])
+        compiled: dict[int, str] = {}
+        for n, src in enumerate(cmd.sources):
+            obj = work / f"{n}-{Path(src.value).stem}.o"
+            opts = flags.without_pipe(cmd.compile_options)
+            rc = _exec([_gcc(), *compile_flags(opts), *opts,
+                        "-x", src.lang, src.value, "-x", "none", "-c", "-o", str(obj)])
             if rc:
                 return rc
-            objs[src] = obj
-        ordered_inputs: list[Path] = []
-        extra: list[Path] = []
-        for kind, v in ln.order:
-            if kind == "src":
-                ordered_inputs.append(objs[v])
-            elif kind == "in":
-                ordered_inputs.append(Path(v))
+            compiled[src.index] = str(obj)
+        objects: list[Path] = []
+        archives: list[Path] = []
+        for inp in cmd.inputs:
+            if inp.kind == "source":
+                objects.append(Path(compiled[inp.index]))
+            elif inp.kind == "object":
+                objects.append(_check_file(inp.value, ELF_MAGIC, "an ELF object"))
+            elif inp.kind == "archive":
+                archives.append(_check_file(inp.value, AR_MAGIC, "an ar archive"))
             else:
-                p = _find_archive(v, ln, lc)
-                if p not in extra:
-                    extra.append(p)
+                p = find_archive(inp.value, cmd.libdirs, lc)
+                if p not in archives:
+                    archives.append(p)
         obj = work / "app.ukl.o"
-        app.link_ukl(ordered_inputs, extra, obj, work, lc)
-        # The host-runnable twin: the same objects, the host's static glibc.
-        host = [a for a in args if a not in ln.sources]
-        host += [str(objs[s]) for s in ln.sources]
+        app.link_ukl(objects, archives, obj, work, lc)
+        # The host-runnable twin: the same command line, each source
+        # replaced in place by its object, against the host's static glibc.
         host_out = work / "host.out"
-        hidx = [i for i, a in enumerate(host) if a == "-o"]
-        for i in reversed(hidx):
-            del host[i:i + 2]
-        res = subprocess.run([_gcc(), "-static", "-no-pie", *host, str(HOST_ENTRY), "-o", str(host_out)])
+        res = subprocess.run([_gcc(), "-static", "-no-pie", str(HOST_ENTRY), *cmd.link_args(compiled),
+                              "-o", str(host_out)])
         if res.returncode:
             raise UklError("linking the host-runnable twin failed (see above)",
                            "the UKL object links, but the same objects do not link as a static program")
         run(["objcopy", f"--add-section={SECTION}={obj}", f"--set-section-flags={SECTION}=noload,readonly",
              host_out], what="embedding the UKL object")
-        tmp = Path(ln.output + ".ukl-partial")
+        tmp = Path(output + ".ukl-partial")
         shutil.move(host_out, tmp)
         tmp.chmod(0o755)
-        os.replace(tmp, ln.output)
-    _log_program(ln.output)
+        os.replace(tmp, output)
+    _log_program(output)
     return 0
 
 
@@ -193,22 +177,24 @@ def main(argv: list[str]) -> int:
     if not argv or argv in (["--help"], ["-h"]):
         print(__doc__)
         return 0 if argv else 2
-    compile_only = any(a in COMPILE_ONLY for a in argv) or any(a in ("-v", "--version", "-dumpversion",
-                                                                   "-dumpmachine") or a.startswith("-print-")
-                                                               for a in argv)
-    if target == "linux":
-        rc = _exec([_gcc(), *argv] if compile_only or "-shared" in argv else [_gcc(), "-static", *argv])
-        if rc == 0 and not compile_only and "-shared" not in argv:
-            _log_program(parse_link(argv).output)
-        return rc
-    if compile_only:
-        return _exec([_gcc(), *compile_flags(argv), *argv])
-    if "-shared" in argv:
-        ui.err.print("ukl-cc: error: shared libraries cannot be linked into the kernel image; "
-                     "build a static archive (ar rcs libX.a ...)", markup=False)
-        return 2
     try:
-        return link_base(argv)
+        cmd = gccargs.parse(argv)
+        if cmd.mode == "query":
+            return _exec([_gcc(), *cmd.args])
+        if target == "linux":
+            if cmd.mode != "link":
+                return _exec([_gcc(), *cmd.args])
+            rc = _exec([_gcc(), "-static", *cmd.args])
+            if rc == 0:
+                _log_program(cmd.output or "a.out")
+            return rc
+        bad = refusal(cmd)
+        if bad is not None:
+            raise bad
+        if cmd.mode != "link":
+            args = flags.without_pipe(cmd.args)
+            return _exec([_gcc(), *compile_flags(args), *args])
+        return link_base(cmd)
     except UklError as e:
         ui.err.print(f"ukl-cc: error: {e.message}", markup=False)
         if e.hint:
@@ -216,5 +202,10 @@ def main(argv: list[str]) -> int:
         return e.code
 
 
+def console_main() -> int:
+    """The `ukl-cc` console script of an installed ukltool."""
+    return main(sys.argv[1:])
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(console_main())

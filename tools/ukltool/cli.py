@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import re
+import os
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -14,7 +15,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from ukltool import bench, image, initramfs, kernel, sources, ui, vm
+from ukltool import flags as ukl_flags
 from ukltool.errors import UklError
+from ukltool.paths import repo_problem
 
 EPILOG_RUN = f"""exit status: the application's status; 128+N when it was killed by
 signal N; {vm.EXIT_TIMEOUT} on timeout; {vm.EXIT_KERNEL_FAILURE} when the kernel panicked, oopsed, hit BUG or
@@ -44,21 +47,25 @@ def _forward(text: str) -> tuple[int, int]:
     return host, guest
 
 
-# Flags that would undo what running in the kernel image needs
-_CFLAGS_REFUSED = re.compile(r"^(-mcmodel=.*|-mred-zone|-f(pic|PIC|pie|PIE)|-shared|-c|-o.*|-S|-E)$")
-
-
 def _cflags(text: str) -> list[str]:
     try:
         flags = shlex.split(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"cannot split '{text}' into flags: {e}") from None
-    bad = [f for f in flags if _CFLAGS_REFUSED.match(f)]
+    bad = ukl_flags.refused(flags)
     if bad:
         raise argparse.ArgumentTypeError(
             f"{' '.join(bad)}: not allowed in --cflags (ukl sets the code model, the red zone, PIC and the "
             "outputs itself)")
     return flags
+
+
+def _file_spec(text: str) -> tuple[Path, str]:
+    src, sep, dest = text.rpartition(":")
+    if not sep or not src or not dest.startswith("/") or dest.endswith("/"):
+        raise argparse.ArgumentTypeError(f"'{text}' is not SRC:DEST with DEST an absolute file path in the image "
+                                         "(e.g. nginx.conf:/etc/nginx/nginx.conf)")
+    return Path(src), dest
 
 
 def _positive(text: str) -> float:
@@ -91,6 +98,12 @@ def parser() -> argparse.ArgumentParser:
                    "which is then started as /ukl/NAME from `ukl run --sh` or --shell")
     b.add_argument("--freestanding", action="store_true",
                    help="no C library: the program brings its own _start and system call shim")
+    b.add_argument("--file", action="append", type=_file_spec, default=[], metavar="SRC:DEST",
+                   help="add the host file SRC to the image as DEST (an absolute path; parents are created; "
+                   "replaces what the image has there, e.g. /etc/passwd)")
+    b.add_argument("--overlay", action="append", type=Path, default=[], metavar="DIR",
+                   help="add the tree under DIR to the image at / (files, directories, symbolic links, "
+                   "with their modes)")
     b.add_argument("--cflags", type=_cflags, default=[], metavar="FLAGS",
                    help="extra compiler flags for C files, the same for every configuration "
                    "(for example --cflags=-fno-omit-frame-pointer for perf call chains)")
@@ -107,6 +120,9 @@ def parser() -> argparse.ArgumentParser:
                    help="forward 127.0.0.1:HOST on the host to GUEST in the guest (TCP)")
     r.add_argument("--smp", type=int, default=None,
                    help="virtual CPUs (default 2; 1 with --icount, under which QEMU cannot start a second CPU)")
+    r.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto",
+                   help="KVM or TCG (default auto: $UKL_ACCEL, else KVM where a test boot with it works, "
+                   "decided once per QEMU and host kernel)")
     sh = r.add_mutually_exclusive_group()
     sh.add_argument("--sh", metavar="COMMANDS",
                     help="run this shell command line in the guest instead of the application and exit with its "
@@ -167,7 +183,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def cmd_build(a: argparse.Namespace) -> int:
-    man = image.build(a.sources, a.config, a.output, a.name, a.freestanding, a.userspace, a.cflags)
+    man = image.build(image.BuildSpec(a.sources, a.config, a.output, a.name, a.freestanding, a.userspace, a.cflags,
+                                      a.file, a.overlay))
     ui.info(f"built '{man.app}' for configuration '{man.config}' (kernel {man.kernel_release}) in {a.output}")
     return 0
 
@@ -183,14 +200,13 @@ def cmd_run(a: argparse.Namespace) -> int:
                        f"start the application in the command line: --sh '/ukl/{man.app} ARGS'")
     if a.shell and not sys.stdin.isatty():
         raise UklError("--shell needs a terminal on standard input", "use --sh 'COMMANDS' in scripts")
-    _, tree = sources.linux_tree()
     log = a.log or a.outdir / "console.log"
     with tempfile.TemporaryDirectory(prefix="ukl-args-") as td:
-        extra = initramfs.args_archive(initramfs.gen_init_cpio(tree), a.args, Path(td), sh)
+        extra = initramfs.args_archive(a.args, Path(td), sh)
         res = vm.boot(vm.RunSpec(bzimage=a.outdir / "bzImage", initrds=[a.outdir / "initramfs.cpio", extra],
                                  log=log, timeout=a.timeout, icount=a.icount, append=a.append,
                                  forwards=a.forward, smp=run_smp(a.smp, a.icount), verbose=a.verbose,
-                                 interactive=a.shell))
+                                 interactive=a.shell, accel=None if a.accel == "auto" else a.accel))
     if res.failures:
         ui.err.print(f"[bold red]ukl: the kernel failed[/] (log: {log}):")
         for line in res.failures[:40]:
@@ -266,6 +282,14 @@ def cmd_kernel(a: argparse.Namespace) -> int:
     return 0
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised so that cleanups (QEMU's included) run."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Everything after the first "--" belongs to the application, whatever
@@ -279,6 +303,11 @@ def main(argv: list[str] | None = None) -> int:
         args.args = args.args + app_args
     elif app_args:
         parser().error("arguments after -- are only taken by `ukl run`")
+    signal.signal(signal.SIGTERM, _terminate)
+    problem = repo_problem()
+    if problem:
+        ui.err.print(f"ukl: error: {problem}", markup=False)
+        return 2
     try:
         if args.cmd == "build":
             return cmd_build(args)
@@ -307,6 +336,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         ui.err.print("ukl: interrupted")
         return 130
+    except Terminated:
+        ui.err.print("ukl: terminated")
+        return 143
+    except BrokenPipeError:
+        # The reader of our output went away (`ukl run ... | head`): stop
+        # quietly, without a second error when Python flushes stdout.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     except subprocess.SubprocessError as e:
         ui.err.print(f"ukl: error: {e}")
         return 2

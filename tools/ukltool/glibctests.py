@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ukltool import app, initramfs, kernel, libc, sources, ui, vm
+from ukltool import app, flags, initramfs, kernel, libc, ui, vm
 from ukltool.errors import UklError
 from ukltool.proc import run
 
@@ -149,18 +149,17 @@ def build_image(work: Path) -> Path:
             objs.append(local)
     drv = work / "driver.c"
     drv.write_text(_driver(TESTS))
-    from ukltool import cc
     drv_o = work / "driver.o"
-    run(["gcc", "-O2", *cc.compile_flags([]), "-c", drv, "-o", drv_o], what="compiling the test driver")
+    run(["gcc", "-O2", *flags.ring0([]), "-c", drv, "-o", drv_o], what="compiling the test driver")
     obj = work / "glibc-tests.ukl.o"
-    app.link_ukl([drv_o, *objs], [support, lc.archive("m")], obj, work, lc)
+    app.link_ukl([drv_o, *objs], [support, lc.library("m")], obj, work, lc)
     return obj
 
 
-def _boot_one(img: Path, initrd: Path, test: str, logdir: Path, gen, timeout: float) -> tuple[int | None, float, str]:
+def _boot_one(img: Path, initrd: Path, test: str, logdir: Path, timeout: float) -> tuple[int | None, float, str]:
     import time
     with tempfile.TemporaryDirectory(prefix="ukl-gt-") as td:
-        args = initramfs.args_archive(gen, [test], Path(td))
+        args = initramfs.args_archive([test], Path(td))
         log = logdir / f"{test}.log"
         t0 = time.monotonic()
         res = vm.boot(vm.RunSpec(bzimage=img, initrds=[initrd, args], log=log, timeout=timeout, smp=2,
@@ -185,20 +184,14 @@ def run_all(outdir: Path, timeout: float = 300.0, only: list[str] | None = None)
         work = Path(td)
         obj = build_image(work)
         kimg = kernel.build("base", app=obj)
-        src, tree = sources.linux_tree()
-        spec = initramfs.runtime_skeleton()
-        spec.file("/init", app.init_binary())
         starter = work / "glibc-tests"
         starter.write_bytes(image.UKL_MAGIC + b"glibc-tests\n")
-        spec.dir("/ukl")
-        spec.file("/ukl/glibc-tests", starter)
-        path_file = work / "app-path"
-        path_file.write_text("/ukl/glibc-tests\n")
-        spec.file("/etc/ukl/app", path_file, "0644")
-        # glibc's tests write temporary files under TMPDIR
-        gen = initramfs.gen_init_cpio(tree)
-        initrd = work / "initramfs.cpio"
-        initramfs.write(gen, spec, initrd)
+        # An ordinary build result: `ukl run OUTDIR/image -- TEST` boots one test
+        img = outdir / "image"
+        shutil.rmtree(img, ignore_errors=True)
+        img.mkdir(parents=True)
+        image.assemble(img, kimg, "base", "glibc-tests", starter, ukl=True)
+        initrd = img / "initramfs.cpio"
         logdir = outdir / "logs"
         shutil.rmtree(logdir, ignore_errors=True)
         logdir.mkdir(parents=True)
@@ -206,7 +199,7 @@ def run_all(outdir: Path, timeout: float = 300.0, only: list[str] | None = None)
         outcomes: list[Outcome] = []
         with ui.step(f"running {len(selected)} glibc tests in ring 0 (one boot each)") as st:
             with ThreadPoolExecutor(max_workers=2) as pool:
-                futs = [(s, t, pool.submit(_boot_one, kimg.bzimage, initrd, t, logdir, gen, timeout))
+                futs = [(s, t, pool.submit(_boot_one, kimg.bzimage, initrd, t, logdir, timeout))
                         for s, t in selected]
                 for s, t, f in futs:
                     status, secs, tail = f.result()

@@ -6,14 +6,18 @@ import json
 import re
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ukltool import app, cc, initramfs, kernel, project, sources
 from ukltool.errors import UklError
+from ukltool.paths import GUEST_DIR, cache_dir
 from ukltool.proc import run
 
 MANIFEST = "manifest.json"
+SCHEMA = 2  # of manifest.json; 1 had an absolute vmlinux path and no "schema"
+APP_PATH_FILE = "/etc/ukl/app"  # guest/init.c: which program to start
+ETC_DIR = GUEST_DIR / "etc"
 UKL_MAGIC = b"\x7fUKL"  # asm/ukl.h
 
 
@@ -24,8 +28,12 @@ class Manifest:
     kernel_release: str
     kernel_key: str
     linux_version: str
-    vmlinux: str
+    vmlinux: str               # relative to the cache (~/.cache/ukl), see vmlinux_path()
     userspace: bool = False
+    schema: int = SCHEMA
+
+    def vmlinux_path(self) -> Path:
+        return cache_dir() / self.vmlinux
 
 
 BUSYBOX = Path("/bin/busybox")
@@ -60,10 +68,11 @@ def add_userspace(spec: initramfs.Spec) -> None:
     spec.file("/usr/bin/perf", PERF)
     for lib in _shared_libraries(PERF):
         real = lib.resolve()
-        for d in [*reversed(lib.parents)][1:]:
-            if str(d) not in dirs and str(d) not in ("/bin", "/usr", "/sbin", "/usr/sbin"):
-                spec.dir(str(d))
-                dirs.add(str(d))
+        for parent in [*reversed(lib.parents)][1:]:
+            d = str(parent)
+            if d not in dirs and d not in ("/bin", "/usr", "/sbin", "/usr/sbin"):
+                spec.dir(d)
+                dirs.add(d)
         spec.file(str(lib), real, "0755")
 
 
@@ -79,74 +88,168 @@ def _prepare_outdir(outdir: Path) -> Path:
     return tmp
 
 
-def build(srcs: list[Path], config: str, outdir: Path, name: str | None = None,
-          freestanding: bool = False, userspace: bool = False, cflags: list[str] | None = None) -> Manifest:
-    """SRCS: C files, or one directory with a Makefile or configure script.
-    CFLAGS: extra compiler flags for C files (any configuration)."""
-    cflags = cflags or []
-    project_dir = srcs[0].resolve() if len(srcs) == 1 and srcs[0].is_dir() else None
-    if project_dir is None:
-        srcs = app.check_sources(srcs)
-    elif freestanding or cflags:
+@dataclass
+class BuildSpec:
+    """What `ukl build` is asked for."""
+    sources: list[Path]        # C files, or one directory with a Makefile or configure script
+    config: str
+    outdir: Path
+    name: str | None = None
+    freestanding: bool = False
+    userspace: bool = False
+    cflags: list[str] = field(default_factory=list)  # extra flags for C files (any configuration)
+    files: list[tuple[Path, str]] = field(default_factory=list)  # --file SRC:DEST
+    overlays: list[Path] = field(default_factory=list)           # --overlay DIR
+
+    @property
+    def project_dir(self) -> Path | None:
+        if len(self.sources) == 1 and self.sources[0].is_dir():
+            return self.sources[0].resolve()
+        return None
+
+
+@dataclass
+class Program:
+    """What one build mode made: a UKL object to link into the kernel, or
+    an ordinary executable."""
+    name: str
+    ukl_object: Path | None = None
+    executable: Path | None = None
+
+
+def _from_project(spec: BuildSpec, ukl: bool, work: Path, tmp: Path) -> Program:
+    project_dir = spec.project_dir
+    assert project_dir is not None
+    prog = project.build(project_dir, "base" if ukl else "linux", work,
+                         spec.name if spec.name and spec.name != project_dir.name else None)
+    if not ukl:
+        return Program(prog.name, executable=prog)
+    obj = tmp / f"{prog.name}.ukl.o"
+    cc.extract(prog, obj)
+    return Program(prog.name, ukl_object=obj)
+
+
+def _from_sources(spec: BuildSpec, srcs: list[Path], ukl: bool, work: Path, tmp: Path) -> Program:
+    name = spec.name or app.default_name(srcs)
+    if not ukl:
+        exe = work / name
+        app.build_static(srcs, exe, spec.freestanding, spec.cflags)
+        return Program(name, executable=exe)
+    obj = tmp / f"{name}.ukl.o"
+    if spec.freestanding:
+        app.build_ukl_object(srcs, obj, work, spec.cflags)
+    else:
+        app.build_libc_object(srcs, obj, work, spec.cflags)
+    return Program(name, ukl_object=obj)
+
+
+def add_etc(spec: initramfs.Spec) -> None:
+    """The minimal /etc every image has (guest/etc): users root and nobody,
+    their groups, hosts, nsswitch.conf and services, so that servers that
+    look up users, hosts or ports work."""
+    for f in sorted(ETC_DIR.iterdir()):
+        spec.file(f"/etc/{f.name}", f, "0644")
+
+
+def add_files(spec: initramfs.Spec, files: list[tuple[Path, str]], overlays: list[Path]) -> None:
+    """--overlay trees, then --file SRC:DEST, over what the image has."""
+    for top in overlays:
+        if not top.is_dir():
+            raise UklError(f"--overlay {top}: not a directory", "name a directory whose tree goes into the image")
+        for path in sorted(top.rglob("*")):
+            dest = "/" + path.relative_to(top).as_posix()
+            mode = f"{path.lstat().st_mode & 0o7777:04o}"
+            if path.is_symlink():
+                spec.slink(dest, str(path.readlink()))
+            elif path.is_dir():
+                spec.dir(dest, mode)
+            elif path.is_file():
+                spec.file(dest, path, mode)
+            else:
+                raise UklError(f"--overlay {top}: {path} is neither a file, a directory nor a symbolic link",
+                               "device nodes and sockets cannot be added")
+    for src, dest in files:
+        if not src.is_file():
+            raise UklError(f"--file {src}:{dest}: {src} is not a file", "name an existing file")
+        spec.parents(dest)
+        spec.file(dest, src, f"{src.stat().st_mode & 0o7777:04o}")
+
+
+def assemble(out: Path, kimg: kernel.KernelImage, config: str, name: str, starter: Path, ukl: bool,
+             userspace: bool = False, files: list[tuple[Path, str]] | None = None,
+             overlays: list[Path] | None = None) -> Manifest:
+    """Write a bootable result to OUT (a fresh directory): the kernel, an
+    initramfs with our init, /etc, the application at /ukl/NAME (ukl) or
+    /bin/NAME, the userspace and the user's files, and the manifest."""
+    src, _ = sources.linux_tree()
+    spec = initramfs.runtime_skeleton()
+    spec.file("/init", app.init_binary())
+    add_etc(spec)
+    if userspace:
+        add_userspace(spec)
+    exec_path = f"/ukl/{name}" if ukl else f"/bin/{name}"
+    spec.parents(exec_path)
+    spec.file(exec_path, starter)
+    with tempfile.TemporaryDirectory(prefix="ukl-image-") as td:
+        app_path = Path(td) / "app-path"
+        app_path.write_text(exec_path + "\n")
+        spec.file(APP_PATH_FILE, app_path, "0644")
+        add_files(spec, files or [], overlays or [])
+        initramfs.write(spec, out / "initramfs.cpio")
+    shutil.copy(kimg.bzimage, out / "bzImage")
+    man = Manifest(config=config, app=name, kernel_release=kimg.release, kernel_key=kimg.key,
+                   linux_version=src.version, vmlinux=_relative_to_cache(kimg.vmlinux), userspace=userspace)
+    (out / MANIFEST).write_text(json.dumps(asdict(man), indent=2) + "\n")
+    return man
+
+
+def build(spec: BuildSpec) -> Manifest:
+    if spec.project_dir is None:
+        srcs = app.check_sources(spec.sources)
+    elif spec.freestanding or spec.cflags:
         raise UklError("--freestanding and --cflags apply to C files, not to a directory",
                        "name the C files, or pass CFLAGS to the project's own build")
-    kernel.fragments(config)  # validates the name before any work
-    ukl = kernel.is_ukl(config)
-    name = name or (project_dir.name if project_dir else app.default_name(srcs))
-    tmp = _prepare_outdir(outdir)
+    kernel.fragments(spec.config)  # validates the name before any work
+    for src, _dest in spec.files:
+        if not src.is_file():
+            raise UklError(f"--file {src}: not a file", "name an existing file")
+    for top in spec.overlays:
+        if not top.is_dir():
+            raise UklError(f"--overlay {top}: not a directory", "name a directory whose tree goes into the image")
+    ukl = kernel.is_ukl(spec.config)
+    tmp = _prepare_outdir(spec.outdir)
     try:
-        src, tree = sources.linux_tree()
-        spec = initramfs.runtime_skeleton()
-        spec.file("/init", app.init_binary())
-        if userspace:
-            add_userspace(spec)
-        starter = tmp / name
         with tempfile.TemporaryDirectory(prefix="ukl-build-") as td:
             work = Path(td)
-            if project_dir is not None:
-                prog = project.build(project_dir, "base" if ukl else "linux", work,
-                                     name if name != project_dir.name else None)
-                name = prog.name
-                starter = tmp / name
-                if ukl:
-                    obj = tmp / f"{name}.ukl.o"
-                    cc.extract(prog, obj)
-                else:
-                    shutil.copy(prog, starter)
-            elif ukl and freestanding:
-                obj = tmp / f"{name}.ukl.o"
-                app.build_ukl_object(srcs, obj, work, cflags)
-            elif ukl:
-                obj = tmp / f"{name}.ukl.o"
-                app.build_libc_object(srcs, obj, work, cflags)
+            if spec.project_dir is not None:
+                prog = _from_project(spec, ukl, work, tmp)
             else:
-                app.build_static(srcs, starter, freestanding, cflags)
-        if ukl:
-            # The application is linked into the kernel; exec of a file
-            # that starts with the UKL magic starts it.
-            kimg = kernel.build(config, app=obj)
-            starter.write_bytes(UKL_MAGIC + name.encode() + b"\n")
-            spec.dir("/ukl")
-            exec_path = f"/ukl/{name}"
-        else:
-            kimg = kernel.build(config)
-            exec_path = f"/bin/{name}"
-        spec.file(exec_path, starter)
-        app_path = tmp / "app-path"
-        app_path.write_text(exec_path + "\n")
-        spec.file("/etc/ukl/app", app_path, "0644")
-        initramfs.write(initramfs.gen_init_cpio(tree), spec, tmp / "initramfs.cpio")
-        app_path.unlink()
-        shutil.copy(kimg.bzimage, tmp / "bzImage")
-        man = Manifest(config=config, app=name, kernel_release=kimg.release, kernel_key=kimg.key,
-                       linux_version=src.version, vmlinux=str(kimg.vmlinux), userspace=userspace)
-        (tmp / MANIFEST).write_text(json.dumps(asdict(man), indent=2) + "\n")
+                prog = _from_sources(spec, srcs, ukl, work, tmp)
+            starter = work / f"{prog.name}.start"
+            if prog.ukl_object is not None:
+                # The application is linked into the kernel; exec of a file
+                # that starts with the UKL magic starts it.
+                kimg = kernel.build(spec.config, app=prog.ukl_object)
+                starter.write_bytes(UKL_MAGIC + prog.name.encode() + b"\n")
+            else:
+                assert prog.executable is not None
+                kimg = kernel.build(spec.config)
+                shutil.copy(prog.executable, starter)
+            man = assemble(tmp, kimg, spec.config, prog.name, starter, ukl, spec.userspace, spec.files,
+                           spec.overlays)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    shutil.rmtree(outdir, ignore_errors=True)
-    tmp.rename(outdir)
+    shutil.rmtree(spec.outdir, ignore_errors=True)
+    tmp.rename(spec.outdir)
     return man
+
+
+def _relative_to_cache(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(cache_dir()))
+    except ValueError:
+        return str(path)
 
 
 def load(outdir: Path) -> Manifest:
@@ -155,6 +258,12 @@ def load(outdir: Path) -> Manifest:
         raise UklError(f"{outdir} is not a ukl build output (no {MANIFEST})",
                        "build one with `./ukl build SOURCE.c -o OUTDIR`")
     try:
-        return Manifest(**json.loads(mf.read_text()))
+        data = json.loads(mf.read_text())
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        if data.get("schema", 1) > SCHEMA:
+            raise UklError(f"{mf} was written by a newer ukl (schema {data['schema']})", "update this checkout")
+        known = {f.name for f in fields(Manifest)}
+        return Manifest(**{k: v for k, v in data.items() if k in known})
     except (TypeError, ValueError) as e:
         raise UklError(f"{mf} is damaged: {e}", "rebuild with `./ukl build`") from None

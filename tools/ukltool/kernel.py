@@ -197,17 +197,37 @@ def build(name: str, app: Path | None = None) -> KernelImage:
     return KernelImage(name, key, out / "bzImage", out / "vmlinux", release)
 
 
+def checkpatch_errors(returncode: int, output: str) -> int:
+    """The number of errors checkpatch.pl --terse reported, from its exit
+    status and output: silence and 0 when clean, a "total:" line when not.
+    Anything else means it did not run, which is an error of its own."""
+    total = re.search(r"^total: (\d+) errors, \d+ warnings", output, re.M)
+    if returncode == 0 and (total is None or total.group(1) == "0"):
+        return 0
+    if returncode == 1 and total is not None:
+        return int(total.group(1))
+    tail = "\n  ".join(output.strip().splitlines()[-5:])
+    raise UklError(f"checkpatch.pl did not run (exit {returncode}):\n  {tail}",
+                   "it needs perl; `ukl kernel tree` restores the kernel tree")
+
+
 def checkpatch() -> int:
     """scripts/checkpatch.pl --strict on every patch; non-zero if any has errors."""
     _, tree = sources.linux_tree()
+    script = tree / "scripts" / "checkpatch.pl"
+    if not script.is_file():
+        raise UklError(f"{script} is missing", "`ukl kernel reset` restores the kernel tree")
+    patches = series()
+    if not patches:
+        raise UklError(f"no patches in {PATCH_DIR}", "restore kernel/patches from git")
     worst = 0
-    for p in series():
+    for p in patches:
         # checkpatch leaves a cache file in its working directory.
         with tempfile.TemporaryDirectory() as td:
-            res = subprocess.run([str(tree / "scripts" / "checkpatch.pl"), "--strict", "--no-tree",
-                                  "--terse", "--show-types", str(p)], capture_output=True, text=True, cwd=td)
-        errors = [l for l in res.stdout.splitlines() if ": ERROR:" in l]
-        ui.info(f"{p.name}: {len(errors)} errors")
+            res = subprocess.run([str(script), "--strict", "--no-tree", "--terse", "--show-types", str(p)],
+                                 capture_output=True, text=True, cwd=td)
+        errors = checkpatch_errors(res.returncode, res.stdout + res.stderr)
+        ui.info(f"{p.name}: {errors} errors")
         for l in res.stdout.splitlines():
             if ": ERROR:" in l or ": WARNING:" in l or ": CHECK:" in l:
                 print("  " + l)

@@ -60,8 +60,13 @@ class Libc:
         return [self.objdir / "ukl-support" / f"{src.stem}.o" for src in SUPPORT]
 
     def archive(self, name: str) -> Path | None:
+        """-lNAME, if glibc provides it."""
         rel = ARCHIVES.get(name)
         return self.objdir / rel if rel else None
+
+    def library(self, name: str) -> Path:
+        """One of glibc's own archives (c, m)."""
+        return self.objdir / ARCHIVES[name]
 
 
 def _flags_key() -> str:

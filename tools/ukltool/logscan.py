@@ -30,7 +30,5 @@ def failure_lines(log: str, context: int = 0) -> list[str]:
 
 def parse_status(text: str) -> int | None:
     """The application's status from the status channel ("status N")."""
-    m = None
-    for m in re.finditer(r"^status (\d+)$", text, re.M):
-        pass
-    return int(m.group(1)) if m else None
+    found = re.findall(r"^status (\d+)$", text, re.M)
+    return int(found[-1]) if found else None

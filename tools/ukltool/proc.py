@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from ukltool.errors import UklError
 
@@ -13,7 +13,8 @@ from ukltool.errors import UklError
 def need_tool(name: str, package: str) -> str:
     path = shutil.which(name)
     if path is None:
-        raise UklError(f"host tool '{name}' is missing", f"install it with `apt-get install {package}` or run `make demo`")
+        raise UklError(f"host tool '{name}' is missing",
+                       f"install it with `apt-get install {package}` or run `make demo`")
     return path
 
 
@@ -22,7 +23,7 @@ def run(cmd: Sequence[str | Path], *, cwd: Path | None = None, what: str | None 
     """Run a command, return stdout; on failure raise UklError with its output tail."""
     try:
         res = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, input=input,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                             capture_output=True)
     except FileNotFoundError as e:
         raise UklError(f"cannot run {cmd[0]}: {e.strerror}", "run `make demo` to install host dependencies") from None
     if res.returncode != 0:

@@ -6,46 +6,39 @@ Every object linked into a UKL application must be built with
 -mno-red-zone. Two checks, either of which names the object:
 
 * the DWARF producer string of GCC-compiled units (gcc records its options
-  with -g) must contain -mno-red-zone;
+  with -g; read by readelf, which applies every relocation type) must
+  contain -mno-red-zone;
 * the code must not address memory below %rsp, nor, in a leaf function
   that never moves %rsp after setting up %rbp, below %rbp.
 """
 
 from __future__ import annotations
 
-import io
 import re
 import subprocess
 from pathlib import Path
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
+from ukltool.errors import UklError
 
 BELOW_RSP = re.compile(r"-0x[0-9a-f]+\(%rsp\)")
 BELOW_RBP = re.compile(r"-0x[0-9a-f]+\(%rbp\)")
 
 
-def producer_offenders(data: bytes) -> list[str]:
-    """Compilation units built by GCC without -mno-red-zone."""
-    try:
-        elf = ELFFile(io.BytesIO(data))
-        if not elf.has_dwarf_info():
-            return []
-        dwarf = elf.get_dwarf_info()
-        bad = []
-        for cu in dwarf.iter_CUs():
-            top = cu.get_top_DIE()
-            prod = top.attributes.get("DW_AT_producer")
-            name = top.attributes.get("DW_AT_name")
-            if prod is None:
-                continue
-            text = prod.value.decode(errors="replace") if isinstance(prod.value, bytes) else str(prod.value)
-            if text.startswith("GNU C") and "-mno-red-zone" not in text:
-                cu_name = name.value.decode(errors="replace") if name and isinstance(name.value, bytes) else "?"
-                bad.append(f"{cu_name} was compiled without -mno-red-zone")
-        return bad
-    except (ELFError, ValueError, KeyError):
-        return []
+def producer_offenders(readelf_info: str) -> list[str]:
+    """Compilation units built by GCC without -mno-red-zone, from
+    `readelf --debug-dump=info --dwarf-depth=1` output."""
+    bad = []
+    for unit in readelf_info.split("(DW_TAG_compile_unit)")[1:]:
+        attrs = {}
+        for line in unit.splitlines()[1:]:
+            m = re.match(r"\s+<[0-9a-f]+>\s+(DW_AT_\w+)\s*:\s*(?:\([^)]*\):\s*)?(.*)$", line)
+            if not m:
+                break
+            attrs[m.group(1)] = m.group(2).strip()
+        prod = attrs.get("DW_AT_producer", "")
+        if prod.startswith("GNU C") and "-mno-red-zone" not in prod:
+            bad.append(f"{attrs.get('DW_AT_name', '?')} was compiled without -mno-red-zone")
+    return bad
 
 
 def code_offenders(disassembly: str) -> list[str]:
@@ -69,13 +62,25 @@ def code_offenders(disassembly: str) -> list[str]:
     return bad
 
 
-def check_object(path: Path, member: str | None = None, data: bytes | None = None) -> list[str]:
-    """All red-zone findings for one object file (or archive member)."""
-    data = path.read_bytes() if data is None else data
-    label = f"{path}({member})" if member else str(path)
-    found = producer_offenders(data)
-    if member is None:
-        dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-M", "att", str(path)],
-                             capture_output=True, text=True).stdout
-        found += code_offenders(dis)
+def _tool(cmd: list[str], label: str) -> str:
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+    except FileNotFoundError:
+        raise UklError(f"{cmd[0]} is missing, so the red-zone check of {label} cannot run",
+                       "install binutils (`make demo` does)") from None
+    if res.returncode != 0:
+        raise UklError(f"{cmd[0]} cannot read {label}, so its red-zone check cannot run: "
+                       f"{res.stderr.strip()[-300:]}", "link ELF objects and archives only")
+    return res.stdout
+
+
+def check_object(path: Path) -> list[str]:
+    """All red-zone findings for one object file; a check that cannot run
+    is an error, never an empty finding."""
+    label = str(path)
+    with open(path, "rb") as fh:
+        if fh.read(4) != b"\x7fELF":
+            raise UklError(f"{label} is not an ELF object", "link ELF objects and archives only")
+    found = producer_offenders(_tool(["readelf", "--debug-dump=info", "--dwarf-depth=1", label], label))
+    found += code_offenders(_tool(["objdump", "-d", "--no-show-raw-insn", "-M", "att", label], label))
     return [f"{label}: {f}" for f in found]

@@ -3,17 +3,21 @@ timeouts and kernel-failure detection."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
-from ukltool import logscan, ui
+from ukltool import initramfs, logscan, ui
+from ukltool.errors import UklError
 from ukltool.paths import cache_dir
 from ukltool.proc import need_tool
 
@@ -65,33 +69,64 @@ def _kvm_usable_quick() -> tuple[bool | None, str]:
     return None, ""
 
 
-def choose_accel(qemu: str, probe_kernel: Path, probe_initrd: Path) -> str:
-    """'kvm' only when KVM really boots a guest here; decided once per host and cached."""
-    forced = os.environ.get("UKL_ACCEL")
-    if forced in ("kvm", "tcg"):
+def probe_initrd() -> Path:
+    """An image with nothing but our init, which reports "status 127" (no
+    application) at once: cached per init binary."""
+    from ukltool import app
+    init = app.init_binary()
+    out = cache_dir() / "bin" / f"probe-{init.name}.cpio"
+    if not out.is_file():
+        initramfs.write(initramfs.runtime_skeleton().file("/init", init), out)
+    return out
+
+
+def probe_kvm(qemu: str, kernel: Path, initrd: Path, timeout: float = 30) -> tuple[bool, str]:
+    """Does KVM boot a guest here? Yes if the guest's init reported a status,
+    whatever it was; else why not."""
+    with tempfile.TemporaryDirectory(prefix="ukl-kvm-probe-") as td:
+        status_file = Path(td) / "status"
+        cmd = [qemu, "-accel", "kvm", "-cpu", "host", "-m", "256M", "-display", "none", "-no-reboot",
+               "-nodefaults", "-device", DEBUG_EXIT, "-kernel", str(kernel), "-initrd", str(initrd),
+               "-append", "console=ttyS0 panic=-1", "-serial", "null", "-serial", f"file:{status_file}"]
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                                 stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return False, f"a KVM test boot did not finish in {timeout:.0f} s"
+        text = status_file.read_text(errors="replace") if status_file.is_file() else ""
+        if logscan.parse_status(text) is not None:
+            return True, ""
+        last = (res.stderr.strip().splitlines() or [f"exit {res.returncode}, no status"])[-1]
+        return False, f"a KVM test boot failed ({last})"
+
+
+def choose_accel(qemu: str, probe_kernel: Path, forced: str | None = None) -> str:
+    """'kvm' only when KVM really boots a guest here: FORCED (`--accel`),
+    else $UKL_ACCEL, else a test boot, decided once per QEMU and host
+    kernel and cached."""
+    forced = forced or os.environ.get("UKL_ACCEL") or None
+    if forced is not None:
+        if forced not in ("kvm", "tcg"):
+            raise UklError(f"unknown accelerator '{forced}'", "choose kvm or tcg (UKL_ACCEL, --accel)")
         return forced
     quick, why = _kvm_usable_quick()
     key = f"{qemu_version(qemu)}|{os.uname().release}"
     cache = cache_dir() / "accel.json"
-    known = json.loads(cache.read_text()) if cache.is_file() else {}
-    if quick is None and key in known:
-        return known[key]
-    if quick is False:
+    try:
+        known = json.loads(cache.read_text()) if cache.is_file() else {}
+    except ValueError:
+        known = {}  # a damaged cache is asked again
+    if quick is None and isinstance(known.get(key), dict):
+        accel, why = known[key]["accel"], known[key]["why"]
+    elif quick is False:
         accel = "tcg"
     else:
-        # Boot our init with no application: it reports at once through
-        # isa-debug-exit (status 127 -> QEMU exit (127 << 1) | 1 = 255).
-        cmd = [qemu, "-accel", "kvm", "-cpu", "host", "-m", "256M", "-display", "none",
-               "-no-reboot", "-nodefaults", "-device", DEBUG_EXIT, "-kernel", str(probe_kernel),
-               "-initrd", str(probe_initrd), "-append", "console=none panic=-1"]
-        try:
-            res = subprocess.run(cmd, capture_output=True, timeout=15)
-            accel = "kvm" if res.returncode == 255 else "tcg"
-        except subprocess.TimeoutExpired:
-            accel = "tcg"
-        why = "a KVM test boot did not finish" if accel == "tcg" else ""
-        known[key] = accel
-        cache.write_text(json.dumps(known))
+        works, why = probe_kvm(qemu, probe_kernel, probe_initrd())
+        accel = "kvm" if works else "tcg"
+        known[key] = {"accel": accel, "why": why}
+        tmp = cache.with_name(f"{cache.name}.{os.getpid()}.partial")
+        tmp.write_text(json.dumps(known, indent=1) + "\n")
+        tmp.replace(cache)
     if accel == "tcg":
         ui.info(f"using TCG (software emulation): {why}")
     return accel
@@ -126,11 +161,67 @@ def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path, status_file
     return cmd
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int) -> None:
+    """In QEMU's process before exec: die when ukl dies, even by SIGKILL."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # ukl died before prctl()
+        os._exit(1)
+
+
+def stop(proc: subprocess.Popen[bytes], own_group: bool) -> None:
+    """Kill QEMU (and its process group, when it has its own) and reap it."""
+    if proc.poll() is None:
+        try:
+            if own_group:
+                os.killpg(proc.pid, signal.SIGKILL)
+            else:
+                proc.kill()
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
+def _follow(proc: subprocess.Popen[bytes], spec: RunSpec, logf: BinaryIO, start: float) -> bool:
+    """Copy QEMU's console to the log and, after init's marker, to stdout,
+    until QEMU exits; True if the timeout ended it."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    showing = spec.verbose
+    pending = b""
+    while True:
+        left = spec.timeout - (time.monotonic() - start)
+        if left <= 0:
+            return True
+        ready, _, _ = select.select([fd], [], [], min(left, 0.5))
+        if not ready:
+            if proc.poll() is not None:
+                return False
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return False
+        logf.write(chunk)
+        logf.flush()
+        pending += chunk
+        marker = pending.find(INIT_MARKER.encode())
+        if not showing and marker >= 0 and pending.find(b"\n", marker) >= 0:
+            # Show what follows the marker line.
+            showing = True
+            pending = pending[pending.find(b"\n", marker) + 1:]
+        if showing and pending and spec.show:
+            sys.stdout.buffer.write(pending.replace(b"\r\n", b"\n"))
+            sys.stdout.flush()
+        pending = b"" if showing else pending[-4096:]
+
+
 def boot(spec: RunSpec) -> RunResult:
     qemu = need_tool("qemu-system-x86_64", "qemu-system-x86")
-    accel = spec.accel or choose_accel(qemu, spec.bzimage, spec.initrds[0])
-    if spec.icount and accel == "kvm":
-        accel = "tcg"  # -icount needs TCG
+    # -icount needs TCG
+    accel = "tcg" if spec.icount else choose_accel(qemu, spec.bzimage, spec.accel)
     spec.log.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ukl-run-") as td:
         initrd = Path(td) / "initrd.cpio"
@@ -143,40 +234,17 @@ def boot(spec: RunSpec) -> RunResult:
         start = time.monotonic()
         timed_out = False
         with open(spec.log, "wb") as logf:
+            parent = os.getpid()
             proc = subprocess.Popen(cmd, stdin=None if spec.interactive else subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    start_new_session=not spec.interactive)
-            assert proc.stdout is not None
-            fd = proc.stdout.fileno()
-            showing = spec.verbose
-            pending = b""
-            while True:
-                left = spec.timeout - (time.monotonic() - start)
-                if left <= 0:
-                    timed_out = True
-                    proc.kill()
-                    break
-                ready, _, _ = select.select([fd], [], [], min(left, 0.5))
-                if not ready:
-                    if proc.poll() is not None:
-                        break
-                    continue
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    break
-                logf.write(chunk)
-                logf.flush()
-                pending += chunk
-                marker = pending.find(INIT_MARKER.encode())
-                if not showing and marker >= 0 and pending.find(b"\n", marker) >= 0:
-                    # Show what follows the marker line.
-                    showing = True
-                    pending = pending[pending.find(b"\n", marker) + 1:]
-                if showing and pending and spec.show:
-                    sys.stdout.buffer.write(pending.replace(b"\r\n", b"\n"))
-                    sys.stdout.flush()
-                pending = b"" if showing else pending[-4096:]
-            proc.wait()
+                                    start_new_session=not spec.interactive,
+                                    preexec_fn=lambda: _die_with_parent(parent))
+            # QEMU never outlives this function: not on a timeout, an
+            # exception, SIGINT/SIGTERM (see cli) or a closed output pipe.
+            try:
+                timed_out = _follow(proc, spec, logf, start)
+            finally:
+                stop(proc, own_group=not spec.interactive)
         status = logscan.parse_status(status_file.read_text(errors="replace")) if status_file.exists() else None
     seconds = time.monotonic() - start
     text = spec.log.read_text(errors="replace")
