@@ -12,6 +12,22 @@ REPO = Path(__file__).resolve().parents[1]
 UKL = REPO / "ukl"
 sys.path.insert(0, str(REPO / "tools"))
 
+from ukltool import kernel  # noqa: E402
+
+# The configurations under test: every one in kernel/configs, so that a new
+# configuration gets its coverage without editing the tests.
+# ALL_CONFIGS: the baseline and every UKL configuration, debug kernels
+# included (base-model, libc, userspace and fault tests run on these);
+# UKL_CONFIGS: those that link the application into the kernel;
+# BASIC_CONFIGS: without debug kernels, for the slower application-level
+# tests (projects, TCP, files), where a debug kernel adds time, not cases.
+ALL_CONFIGS = kernel.config_names()
+BASELINE = "linux"
+UKL_CONFIGS = [c for c in ALL_CONFIGS if kernel.is_ukl(c)]
+DEBUG_CONFIGS = [c for c in ALL_CONFIGS if c.endswith("-debug")]
+BASIC_CONFIGS = [c for c in ALL_CONFIGS if c not in DEBUG_CONFIGS]
+assert BASELINE in ALL_CONFIGS and BASELINE not in UKL_CONFIGS
+
 
 def ukl(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess:
     """Run ./ukl, capturing output (stderr folded in)."""

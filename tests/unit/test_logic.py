@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ukltool import cli, initramfs, kernel, logscan
+from ukltool import cli, initramfs, kernel, logscan, protocol
 from ukltool.errors import UklError
 
 
@@ -42,9 +42,9 @@ def test_clean_log_has_no_failures():
 
 
 def test_parse_status_takes_the_last_report():
-    assert logscan.parse_status("") is None
-    assert logscan.parse_status("status 7\n") == 7
-    assert logscan.parse_status("garbage\nstatus 1\nstatus 139\n") == 139
+    assert protocol.parse_status("") is None
+    assert protocol.parse_status("status 7\n") == 7
+    assert protocol.parse_status("garbage\nstatus 1\nstatus 139\n") == 139
 
 
 def test_parse_fragment_and_mismatches():
@@ -148,3 +148,64 @@ def test_checkpatch_outcomes_are_read_from_status_and_summary():
     for rc, out in ((1, ""), (2, "Can't locate Foo.pm in @INC"), (127, "perl: not found"), (255, "died")):
         with pytest.raises(UklError, match="checkpatch.pl did not run"):
             kernel.checkpatch_errors(rc, out)
+
+
+def test_every_subcommand_dispatches_through_the_parser():
+    """A new subcommand without a handler would otherwise do nothing."""
+    def leaves(parser: argparse.ArgumentParser, path: list[str]):
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            yield path, parser
+        for action in subs:
+            for name, child in action.choices.items():
+                yield from leaves(child, [*path, name])
+
+    found = list(leaves(cli.parser(), []))
+    assert len(found) >= 14
+    for path, leaf in found:
+        assert callable(leaf.get_default("func")), " ".join(path)
+
+
+def test_builds_of_one_thing_are_serialized(tmp_path, monkeypatch):
+    """Two threads (glibctests boots from two) and two processes exclude
+    each other; different names do not."""
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from ukltool import lock
+    monkeypatch.setenv("UKL_CACHE", str(tmp_path))
+    inside: list[str] = []
+    overlap = []
+
+    def work(tag: str) -> None:
+        with lock.held("kernel-x", "kernel 'x'"):
+            inside.append(tag)
+            if len(inside) > 1:
+                overlap.append(tag)
+            time.sleep(0.2)
+            inside.remove(tag)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not overlap
+    code = ("import sys, time; sys.path.insert(0, sys.argv[1]); from ukltool import lock\n"
+            "with lock.held('kernel-x', 'x'):\n    print('in', flush=True); time.sleep(1.5)\n")
+    other = subprocess.Popen([sys.executable, "-c", code, str(Path(__file__).parents[2] / "tools")],
+                             stdout=subprocess.PIPE, text=True, env={"UKL_CACHE": str(tmp_path), "PATH": "/usr/bin"})
+    assert other.stdout is not None and other.stdout.readline() == "in\n"
+    t0 = time.monotonic()
+    with lock.held("kernel-y", "y"):
+        assert time.monotonic() - t0 < 0.5  # another name is free
+    with lock.held("kernel-x", "x"):
+        assert time.monotonic() - t0 > 1.0  # waited for the other process
+    other.wait()
+
+
+def test_the_kernel_key_covers_the_build_code():
+    from ukltool import kernel
+    assert len(kernel.build_logic()) == 64 and kernel.build_logic() == kernel.build_logic()

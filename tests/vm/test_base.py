@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import REPO, assert_clean, build, ukl
+from conftest import ALL_CONFIGS, REPO, assert_clean, build, ukl
 
 SRC = REPO / "tests" / "apps" / "ukl_base.c"
-CONFIGS = ["linux", "base", "base-debug"]
+CONFIGS = ALL_CONFIGS
 
 
 @pytest.fixture(scope="module", params=CONFIGS)
@@ -101,11 +101,10 @@ def test_raw_fork_of_the_application(image):
 
 
 def test_app_symbols_are_prefixed_in_the_kernel_symbol_table(image):
-    import json
-    from pathlib import Path
+    from ukltool import image as image_mod
 
     config, out = image
-    smap = Path(json.loads((out / "manifest.json").read_text())["vmlinux"]).with_name("System.map")
+    smap = image_mod.load(out).vmlinux_path().with_name("System.map")
     names = {line.split()[2] for line in smap.read_text().splitlines()}
     assert "main" not in names
     if config != "linux":

@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from conftest import REPO, assert_clean, build, ukl
+from conftest import BASELINE, DEBUG_CONFIGS, REPO, UKL_CONFIGS, assert_clean, build, ukl
 
 SRC = REPO / "tests" / "apps" / "faults.c"
 CONTEXTS = ("main", "thread", "handler", "child")
@@ -29,12 +29,11 @@ EXPECTED = {
     "stack-overflow": 139, "abort": 134,
     "raw-syscall": None,  # exit_group(7) in ring 3; the UKL application must call the entry: SIGILL
 }
-UKL_CONFIGS = ("base", "base-debug")
 
 
 @pytest.fixture(scope="module")
 def images(outdir):
-    return {c: build(SRC, c, outdir / f"faults-{c}") for c in ("linux", *UKL_CONFIGS)}
+    return {c: build(SRC, c, outdir / f"faults-{c}") for c in (BASELINE, *UKL_CONFIGS)}
 
 
 def app_lines(stdout: str) -> list[str]:
@@ -153,7 +152,7 @@ def userspace_images(outdir):
     return {c: build(SRC, c, outdir / f"faults-userspace-{c}", "--userspace") for c in UKL_CONFIGS}
 
 
-@pytest.mark.parametrize("config,seconds", [("base", 60), ("base-debug", 150)])
+@pytest.mark.parametrize("config,seconds", [(c, 150 if c in DEBUG_CONFIGS else 60) for c in UKL_CONFIGS])
 def test_nmi_storm_during_faults_and_signals(userspace_images, config, seconds):
     from ukltool import logscan
     image = userspace_images[config]

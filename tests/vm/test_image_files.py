@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import REPO, assert_clean, build, ukl
+from conftest import BASIC_CONFIGS, REPO, assert_clean, build, ukl
 
 SRC = REPO / "tests" / "apps" / "image_files.c"
 
 
-@pytest.mark.parametrize("config", ["linux", "base"])
+@pytest.mark.parametrize("config", BASIC_CONFIGS)
 def test_servers_find_users_hosts_services_and_their_files(tmp_path, outdir, config):
     conf = tmp_path / "app.conf"
     conf.write_text("listen 8080\n")

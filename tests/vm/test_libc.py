@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import REPO, assert_clean, build, ukl
+from conftest import ALL_CONFIGS, REPO, UKL_CONFIGS, assert_clean, build, ukl
 
 SRC = REPO / "tests" / "apps" / "libc_suite.c"
 SECTIONS = ["startup", "stdio", "malloc", "strings", "time", "files", "threads", "signals", "sockets", "errno",
@@ -16,7 +16,7 @@ SECTIONS = ["startup", "stdio", "malloc", "strings", "time", "files", "threads",
 
 @pytest.fixture(scope="module")
 def images(outdir):
-    return {c: build(SRC, c, outdir / f"libc-suite-{c}") for c in ("linux", "base", "base-debug")}
+    return {c: build(SRC, c, outdir / f"libc-suite-{c}") for c in ALL_CONFIGS}
 
 
 def run(out, *args, timeout="120"):
@@ -46,7 +46,7 @@ PASS_LINES = {
 def test_same_output_in_ring_0_and_ring_3(full_runs, images, section):
     code_l, out_l = full_runs["linux"]
     assert code_l == 0, out_l
-    for config in ("base", "base-debug"):
+    for config in UKL_CONFIGS:
         code_b, out_b = full_runs[config]
         assert not any(l.startswith("FAIL") for l in out_b), (config, out_b)
         assert any(l.startswith(PASS_LINES[section]) for l in out_b), (config, out_b)

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, assert_clean, build, ukl
+from conftest import BASIC_CONFIGS, REPO, assert_clean, build, ukl
 
 PROJECT = REPO / "examples" / "wordfreq"
 WORDS = ["the", "cat", "and", "the", "hat", "and", "the", "bat"]
@@ -20,7 +20,7 @@ def app_lines(out: str) -> list[str]:
 
 def test_configure_and_make_project_runs_the_same_in_both_rings(outdir):
     outs = {}
-    for config in ("linux", "base"):
+    for config in BASIC_CONFIGS:
         out = build(PROJECT, config, outdir / f"wordfreq-{config}")
         res = ukl("run", out, "--timeout", "90", "--", *WORDS)
         assert res.returncode == 0, res.stdout

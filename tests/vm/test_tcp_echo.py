@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from conftest import REPO, UKL, assert_clean, build
+from conftest import BASIC_CONFIGS, REPO, UKL, assert_clean, build
 
 SRC = REPO / "examples" / "tcp-echo" / "tcp-echo.c"
 
@@ -61,7 +61,7 @@ def booted(*args: str):
             proc.communicate()
 
 
-@pytest.mark.parametrize("config", ["linux", "base"])
+@pytest.mark.parametrize("config", BASIC_CONFIGS)
 def test_echo_from_the_host(outdir, config):
     out = build(SRC, config, outdir / f"tcp-echo-{config}")
     port = free_port()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import REPO, assert_clean, build, ukl
+from conftest import ALL_CONFIGS, REPO, assert_clean, build, ukl
 
 SRC = REPO / "tests" / "apps" / "libc_suite.c"
 
@@ -36,7 +36,7 @@ exit 3
 """
 
 
-@pytest.fixture(scope="module", params=["linux", "base", "base-debug"])
+@pytest.fixture(scope="module", params=ALL_CONFIGS)
 def image(request, outdir):
     return request.param, build(SRC, request.param, outdir / f"userspace-{request.param}", "--userspace")
 

@@ -9,13 +9,15 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.markup import escape
 from rich.table import Table
 
-from ukltool import bench, image, initramfs, kernel, sources, ui, vm
+from ukltool import bench, glibctests, image, initramfs, kernel, libc, sources, ui, vm
 from ukltool import flags as ukl_flags
+from ukltool import series as series_mod
 from ukltool.errors import UklError
 from ukltool.paths import repo_problem
 
@@ -107,6 +109,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--cflags", type=_cflags, default=[], metavar="FLAGS",
                    help="extra compiler flags for C files, the same for every configuration "
                    "(for example --cflags=-fno-omit-frame-pointer for perf call chains)")
+    b.set_defaults(func=cmd_build)
 
     r = sub.add_parser("run", help="boot a build result in QEMU", epilog=EPILOG_RUN,
                        description="Boot OUTDIR in QEMU, show the application's output and exit with its status.")
@@ -133,24 +136,24 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("-v", "--verbose", action="store_true", help="show the kernel's boot messages")
     r.add_argument("args", nargs="*", metavar="ARGS",
                    help="the application's arguments (put them after --)")
+    r.set_defaults(func=cmd_run)
 
     k = sub.add_parser("kernel", help="the kernel tree and patch series",
                        description="Work on the patched kernel tree in the cache.")
     ks = k.add_subparsers(dest="kcmd", metavar="ACTION", required=True)
-    ks.add_parser("tree", help="apply the series and print the tree's path (a git repository)")
+    _tree_actions(ks, kernel.SERIES, lambda: sources.linux_tree()[1])
     kb = ks.add_parser("build", help="build a kernel configuration")
     kb.add_argument("--config", default="linux", metavar="NAME")
-    ks.add_parser("export", help="write the tree's commits since 'pristine' to kernel/patches")
-    ks.add_parser("reset", help="drop edits in the tree and re-apply kernel/patches")
-    ks.add_parser("checkpatch", help="run scripts/checkpatch.pl --strict on every patch")
+    kb.set_defaults(func=lambda a: print(kernel.build(a.config).bzimage))
+    ks.add_parser("checkpatch", help="run scripts/checkpatch.pl --strict on every patch").set_defaults(
+        func=lambda a: kernel.checkpatch())
 
     lb = sub.add_parser("libc", help="the glibc port: its tree, patches and glibc's own tests",
                         description="Work on the glibc port (libc/) and run glibc's tests in ring 0.")
     ls_ = lb.add_subparsers(dest="lcmd", metavar="ACTION", required=True)
-    ls_.add_parser("build", help="build glibc for UKL (incremental) and print its build directory")
-    ls_.add_parser("tree", help="apply libc/patches and print the glibc tree's path (a git repository)")
-    ls_.add_parser("export", help="write the glibc tree's commits since 'pristine' to libc/patches")
-    ls_.add_parser("reset", help="drop edits in the glibc tree and re-apply libc/patches")
+    ls_.add_parser("build", help="build glibc for UKL (incremental) and print its build directory").set_defaults(
+        func=lambda a: print(libc.build().objdir))
+    _tree_actions(ls_, libc.SERIES, lambda: sources.glibc_tree()[1])
     lt = ls_.add_parser("tests", help="run a selection of glibc's own tests linked into the kernel",
                         description="Build glibc's tests (listed in tools/ukltool/glibctests.py) into one UKL "
                         "image, run each in its own boot under --config base, and report pass/fail per test.")
@@ -160,6 +163,7 @@ def parser() -> argparse.ArgumentParser:
     lt.add_argument("--logs", type=Path, default=Path("out/glibc-tests"), metavar="DIR",
                     help="where each test's console log goes (default out/glibc-tests)")
     lt.add_argument("--timeout", type=_positive, default=300.0, metavar="S", help="per test (default 300)")
+    lt.set_defaults(func=cmd_libc_tests)
 
     bn = sub.add_parser("bench", help="benchmarks comparing configurations")
     bs = bn.add_subparsers(dest="bcmd", metavar="SUITE", required=True)
@@ -176,10 +180,40 @@ def parser() -> argparse.ArgumentParser:
     sc.add_argument("--timeout", type=_positive, default=1800.0, metavar="S", help="per boot (default 1800)")
     sc.add_argument("--from-json", type=Path, metavar="FILE",
                     help="do not run: report the results saved in FILE (by --json)")
+    sc.set_defaults(func=cmd_bench)
 
-    sub.add_parser("sources", help="install, verify and unpack the pinned Linux and glibc sources")
-    sub.add_parser("configs", help="list kernel configurations")
+    sub.add_parser("sources", help="install, verify and unpack the pinned Linux and glibc sources").set_defaults(
+        func=cmd_sources)
+    sub.add_parser("configs", help="list kernel configurations").set_defaults(
+        func=lambda a: print("\n".join(kernel.config_names())))
     return p
+
+
+def _tree_actions(sub: argparse._SubParsersAction, series: series_mod.Series, tree: Callable[[], Path]) -> None:
+    """tree, export and reset for a patched source tree (kernel or glibc)."""
+    what, patches = series.what, f"{series.patch_dir.parent.name}/{series.patch_dir.name}"
+
+    def show_tree(a: argparse.Namespace) -> None:
+        t = tree()
+        series_mod.sync(series, t)
+        print(t)
+
+    def export(a: argparse.Namespace) -> None:
+        ui.info(f"wrote {len(series_mod.export(series, tree()))} patches to {patches}")
+
+    sub.add_parser("tree", help=f"apply {patches} and print the {what} tree's path (a git repository)").set_defaults(
+        func=show_tree)
+    sub.add_parser("export", help=f"write the {what} tree's commits since 'pristine' to {patches}").set_defaults(
+        func=export)
+    sub.add_parser("reset", help=f"drop edits in the {what} tree and re-apply {patches}").set_defaults(
+        func=lambda a: print(series_mod.reset(series, tree())))
+
+
+def cmd_sources(a: argparse.Namespace) -> int:
+    for fn in (sources.linux_tree, sources.glibc_tree):
+        src, tree = fn()
+        print(f"{src.pin.package} {src.version}: {tree}")
+    return 0
 
 
 def cmd_build(a: argparse.Namespace) -> int:
@@ -235,50 +269,22 @@ def cmd_bench(a: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_libc(a: argparse.Namespace) -> int:
-    from ukltool import glibctests, libc
-    if a.lcmd == "build":
-        print(libc.build().objdir)
-    elif a.lcmd == "tree":
-        print(libc.tree())
-    elif a.lcmd == "export":
-        ui.info(f"wrote {len(libc.export())} patches to libc/patches")
-    elif a.lcmd == "reset":
-        print(libc.reset())
-    elif a.lcmd == "tests":
-        outcomes = glibctests.run_all(a.logs, a.timeout, a.only)
-        table = Table("directory", "test", "result", "status", "seconds", title="glibc tests in ring 0")
-        for o in outcomes:
-            table.add_row(o.subdir, o.test, o.verdict, "-" if o.status is None else str(o.status), f"{o.seconds:.0f}")
-        ui.Console().print(table)
-        unexplained = [o.test for o in outcomes if o.verdict == "FAIL" and o.test not in glibctests.EXPLAINED]
-        n_pass = sum(o.verdict == "PASS" for o in outcomes)
-        ui.info(f"{n_pass} of {len(outcomes)} pass; logs in {a.logs / 'logs'}")
-        if a.json:
-            glibctests.save_json(outcomes, a.json)
-        if a.markdown:
-            a.markdown.write_text(glibctests.markdown(outcomes, libc.build().version))
-        if unexplained:
-            ui.err.print("ukl: failures without an explanation: " + ", ".join(unexplained), markup=False)
-            return 1
-    return 0
-
-
-def cmd_kernel(a: argparse.Namespace) -> int:
-    if a.kcmd == "tree":
-        _, tree = sources.linux_tree()
-        kernel.sync_tree(tree)
-        print(tree)
-    elif a.kcmd == "build":
-        img = kernel.build(a.config)
-        print(img.bzimage)
-    elif a.kcmd == "export":
-        names = kernel.export_series()
-        ui.info(f"wrote {len(names)} patches to kernel/patches")
-    elif a.kcmd == "reset":
-        print(kernel.reset_tree())
-    elif a.kcmd == "checkpatch":
-        return kernel.checkpatch()
+def cmd_libc_tests(a: argparse.Namespace) -> int:
+    outcomes = glibctests.run_all(a.logs, a.timeout, a.only)
+    table = Table("directory", "test", "result", "status", "seconds", title="glibc tests in ring 0")
+    for o in outcomes:
+        table.add_row(o.subdir, o.test, o.verdict, "-" if o.status is None else str(o.status), f"{o.seconds:.0f}")
+    ui.Console().print(table)
+    unexplained = [o.test for o in outcomes if o.verdict == "FAIL" and o.test not in glibctests.EXPLAINED]
+    n_pass = sum(o.verdict == "PASS" for o in outcomes)
+    ui.info(f"{n_pass} of {len(outcomes)} pass; logs in {a.logs / 'logs'}")
+    if a.json:
+        glibctests.save_json(outcomes, a.json)
+    if a.markdown:
+        a.markdown.write_text(glibctests.markdown(outcomes, libc.build().version))
+    if unexplained:
+        ui.err.print("ukl: failures without an explanation: " + ", ".join(unexplained), markup=False)
+        return 1
     return 0
 
 
@@ -309,25 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         ui.err.print(f"ukl: error: {problem}", markup=False)
         return 2
     try:
-        if args.cmd == "build":
-            return cmd_build(args)
-        if args.cmd == "run":
-            return cmd_run(args)
-        if args.cmd == "kernel":
-            return cmd_kernel(args)
-        if args.cmd == "bench":
-            return cmd_bench(args)
-        if args.cmd == "libc":
-            return cmd_libc(args)
-        if args.cmd == "sources":
-            for fn in (sources.linux_tree, sources.glibc_tree):
-                src, tree = fn()
-                print(f"{src.pin.package} {src.version}: {tree}")
-            return 0
-        if args.cmd == "configs":
-            for n in kernel.config_names():
-                print(n)
-            return 0
+        rc = args.func(args)
+        return 0 if rc is None else int(rc)
     except UklError as e:
         ui.err.print(f"[bold red]ukl: error:[/] {escape(e.message)}", markup=True, highlight=False)
         if e.hint:
@@ -348,4 +337,3 @@ def main(argv: list[str] | None = None) -> int:
     except subprocess.SubprocessError as e:
         ui.err.print(f"ukl: error: {e}")
         return 2
-    return 2

@@ -9,14 +9,13 @@ import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from ukltool import app, cc, initramfs, kernel, project, sources
+from ukltool import app, cc, initramfs, kernel, project, protocol, sources
 from ukltool.errors import UklError
 from ukltool.paths import GUEST_DIR, cache_dir
 from ukltool.proc import run
 
 MANIFEST = "manifest.json"
 SCHEMA = 2  # of manifest.json; 1 had an absolute vmlinux path and no "schema"
-APP_PATH_FILE = "/etc/ukl/app"  # guest/init.c: which program to start
 ETC_DIR = GUEST_DIR / "etc"
 UKL_MAGIC = b"\x7fUKL"  # asm/ukl.h
 
@@ -193,7 +192,7 @@ def assemble(out: Path, kimg: kernel.KernelImage, config: str, name: str, starte
     with tempfile.TemporaryDirectory(prefix="ukl-image-") as td:
         app_path = Path(td) / "app-path"
         app_path.write_text(exec_path + "\n")
-        spec.file(APP_PATH_FILE, app_path, "0644")
+        spec.file(protocol.APP_PATH_FILE, app_path, "0644")
         add_files(spec, files or [], overlays or [])
         initramfs.write(spec, out / "initramfs.cpio")
     shutil.copy(kimg.bzimage, out / "bzImage")

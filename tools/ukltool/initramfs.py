@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from ukltool import protocol
 from ukltool.errors import UklError
 
 EPOCH = 946684800  # 2000-01-01, for reproducible archives
@@ -119,7 +120,7 @@ def write(spec: Spec, out: Path) -> None:
 def runtime_skeleton() -> Spec:
     """Directories and nodes our init expects."""
     s = Spec()
-    for d in ("/dev", "/proc", "/sys", "/bin", "/etc", "/etc/ukl", "/root"):
+    for d in ("/dev", "/proc", "/sys", "/bin", "/etc", protocol.PROTOCOL_DIR, "/root"):
         s.dir(d)
     s.dir("/tmp", "1777")
     s.nod("/dev/console", "0600", "c", 5, 1)
@@ -133,12 +134,12 @@ def args_archive(args: list[str], workdir: Path, sh: str | None = None) -> Path:
     data = workdir / "args"
     data.write_bytes(b"".join(a.encode() + b"\0" for a in args))
     out = workdir / "args.cpio"
-    spec = Spec().file("/etc/ukl/args", data, "0644")
+    spec = Spec().file(protocol.ARGS_FILE, data, "0644")
     if sh is not None:
         if "\0" in sh:
             raise UklError("the shell command contains a NUL byte")
         shf = workdir / "sh"
         shf.write_text(sh)
-        spec.file("/etc/ukl/sh", shf, "0644")
+        spec.file(protocol.SH_FILE, shf, "0644")
     write(spec, out)
     return out

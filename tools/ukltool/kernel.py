@@ -14,6 +14,7 @@ commits back to kernel/patches."""
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 import re
 import shutil
@@ -22,15 +23,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ukltool import lock, sources, ui
 from ukltool import series as series_mod
-from ukltool import sources, ui
 from ukltool.errors import UklError
 from ukltool.paths import CONFIG_DIR, PATCH_DIR, cache_dir
 from ukltool.proc import run, stream
 
 BASE_FRAGMENT = "vm-base.config"
-# Bump when the way kernels are configured or built changes.
-BUILD_LOGIC = "4"
 
 
 def config_names() -> list[str]:
@@ -121,12 +120,22 @@ def _make_progress(st: ui.Step):
     return on_line
 
 
-def configure(tree: Path, bdir: Path, name: str) -> None:
+def build_logic() -> str:
+    """A key for the code that configures and builds kernels: a change to
+    it is a change to every kernel, with no constant to bump by hand."""
+    code = "".join(inspect.getsource(f) for f in (parse_fragment, config_mismatches, configure, build))
+    return hashlib.sha256(code.encode()).hexdigest()
+
+
+def configure(tree: Path, bdir: Path, name: str, tree_key: str) -> None:
+    """.config for NAME in BDIR, redone when the fragments, the tree (whose
+    Kconfig decides dependencies) or this code change."""
     frags = fragments(name)
     wanted: dict[str, str] = {}
     for f in frags:
         wanted.update(parse_fragment(f.read_text()))
-    cfg_key = hashlib.sha256(b"".join(f.read_bytes() for f in frags) + BUILD_LOGIC.encode()).hexdigest()
+    cfg_key = hashlib.sha256(b"".join(f.read_bytes() for f in frags) + tree_key.encode() +
+                             build_logic().encode()).hexdigest()
     key_file = bdir / ".ukl-config-key"
     if key_file.is_file() and key_file.read_text().strip() == cfg_key and (bdir / ".config").is_file():
         return
@@ -161,7 +170,7 @@ def build(name: str, app: Path | None = None) -> KernelImage:
     frags = fragments(name)
     app_key = hashlib.sha256(app.read_bytes()).hexdigest() if app else ""
     h = hashlib.sha256()
-    for part in (src.version, tree_key, BUILD_LOGIC, app_key):
+    for part in (src.version, tree_key, build_logic(), app_key):
         h.update(part.encode() + b"\0")
     for f in frags:
         h.update(f.read_bytes())
@@ -170,30 +179,33 @@ def build(name: str, app: Path | None = None) -> KernelImage:
     if (out / "bzImage").is_file():
         return KernelImage(name, key, out / "bzImage", out / "vmlinux", (out / "release").read_text().strip())
     bdir = cache_dir() / "build" / name
-    configure(tree, bdir, name)
-    make_vars = []
-    if app:
-        # A fixed path, rewritten only when the content changes: make relinks
-        # vmlinux when it is newer.
-        linked = bdir / "ukl-app.o"
-        if not linked.is_file() or linked.read_bytes() != app.read_bytes():
-            shutil.copy(app, linked)
-        make_vars.append(f"UKL_APP={linked}")
-    jobs = str(os.cpu_count() or 2)
-    with ui.step(f"building kernel '{name}'") as st:
-        stream(["make", "-C", tree, f"O={bdir}", f"-j{jobs}", "LOCALVERSION=", "bzImage", *make_vars],
-               bdir / "ukl-build.log", _make_progress(st), what=f"kernel build '{name}'",
-               hint=f"see the log; the build directory is {bdir}")
-    release = (bdir / "include" / "config" / "kernel.release").read_text().strip()
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    shutil.copy(bdir / "arch" / "x86" / "boot" / "bzImage", tmp / "bzImage")
-    shutil.copy(bdir / "vmlinux", tmp / "vmlinux")
-    shutil.copy(bdir / "System.map", tmp / "System.map")
-    (tmp / "release").write_text(release + "\n")
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
+    with lock.held(f"kernel-{name}", f"kernel '{name}'"):
+        if (out / "bzImage").is_file():  # built while we waited
+            return KernelImage(name, key, out / "bzImage", out / "vmlinux", (out / "release").read_text().strip())
+        configure(tree, bdir, name, tree_key)
+        make_vars = []
+        if app:
+            # A fixed path, rewritten only when the content changes: make
+            # relinks vmlinux when it is newer.
+            linked = bdir / "ukl-app.o"
+            if not linked.is_file() or linked.read_bytes() != app.read_bytes():
+                shutil.copy(app, linked)
+            make_vars.append(f"UKL_APP={linked}")
+        jobs = str(os.cpu_count() or 2)
+        with ui.step(f"building kernel '{name}'") as st:
+            stream(["make", "-C", tree, f"O={bdir}", f"-j{jobs}", "LOCALVERSION=", "bzImage", *make_vars],
+                   bdir / "ukl-build.log", _make_progress(st), what=f"kernel build '{name}'",
+                   hint=f"see the log; the build directory is {bdir}")
+        release = (bdir / "include" / "config" / "kernel.release").read_text().strip()
+        tmp = out.with_name(out.name + ".partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        shutil.copy(bdir / "arch" / "x86" / "boot" / "bzImage", tmp / "bzImage")
+        shutil.copy(bdir / "vmlinux", tmp / "vmlinux")
+        shutil.copy(bdir / "System.map", tmp / "System.map")
+        (tmp / "release").write_text(release + "\n")
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
     return KernelImage(name, key, out / "bzImage", out / "vmlinux", release)
 
 

@@ -17,8 +17,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from ukltool import lock, sources, ui
 from ukltool import series as series_mod
-from ukltool import sources, ui
 from ukltool.errors import UklError
 from ukltool.paths import REPO, cache_dir
 from ukltool.proc import run, stream
@@ -89,6 +89,11 @@ def _progress(st: ui.Step):
 
 def build() -> Libc:
     """Configure (once) and build glibc's libraries for UKL; incremental."""
+    with lock.held("glibc", "glibc"):
+        return _build()
+
+
+def _build() -> Libc:
     if not WRAPPER.is_file() or not os.access(WRAPPER, os.X_OK):
         raise UklError(f"{WRAPPER} is missing or not executable", "restore it from git")
     src, tree = sources.glibc_tree()

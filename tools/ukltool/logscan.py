@@ -26,9 +26,3 @@ def failure_lines(log: str, context: int = 0) -> list[str]:
                     seen.add(j)
                     picked.append(lines[j])
     return picked
-
-
-def parse_status(text: str) -> int | None:
-    """The application's status from the status channel ("status N")."""
-    found = re.findall(r"^status (\d+)$", text, re.M)
-    return int(found[-1]) if found else None

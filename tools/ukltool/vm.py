@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from ukltool import initramfs, logscan, ui
+from ukltool import initramfs, logscan, protocol, ui
 from ukltool.errors import UklError
 from ukltool.paths import cache_dir
 from ukltool.proc import need_tool
@@ -24,8 +24,8 @@ from ukltool.proc import need_tool
 EXIT_TIMEOUT = 124
 EXIT_KERNEL_FAILURE = 125
 EXIT_NO_STATUS = 123
-DEBUG_EXIT = "isa-debug-exit,iobase=0xf4,iosize=0x04"
-INIT_MARKER = "ukl-init: starting "
+DEBUG_EXIT = protocol.DEBUG_EXIT_DEVICE
+INIT_MARKER = protocol.INIT_MARKER
 
 
 @dataclass
@@ -94,7 +94,7 @@ def probe_kvm(qemu: str, kernel: Path, initrd: Path, timeout: float = 30) -> tup
         except subprocess.TimeoutExpired:
             return False, f"a KVM test boot did not finish in {timeout:.0f} s"
         text = status_file.read_text(errors="replace") if status_file.is_file() else ""
-        if logscan.parse_status(text) is not None:
+        if protocol.parse_status(text) is not None:
             return True, ""
         last = (res.stderr.strip().splitlines() or [f"exit {res.returncode}, no status"])[-1]
         return False, f"a KVM test boot failed ({last})"
@@ -245,7 +245,7 @@ def boot(spec: RunSpec) -> RunResult:
                 timed_out = _follow(proc, spec, logf, start)
             finally:
                 stop(proc, own_group=not spec.interactive)
-        status = logscan.parse_status(status_file.read_text(errors="replace")) if status_file.exists() else None
+        status = protocol.parse_status(status_file.read_text(errors="replace")) if status_file.exists() else None
     seconds = time.monotonic() - start
     text = spec.log.read_text(errors="replace")
     failures = logscan.failure_lines(text, context=12)

@@ -1,0 +1,27 @@
+"""The protocol between the host tool and the guest's init (guest/init.c),
+described in guest/PROTOCOL.md. The host side's one definition;
+tests/unit/test_protocol.py checks that init.c uses the same values."""
+
+from __future__ import annotations
+
+import re
+
+# Files the host puts in the initramfs for init to read
+APP_PATH_FILE = "/etc/ukl/app"    # the program to start: /ukl/NAME or /bin/NAME
+ARGS_FILE = "/etc/ukl/args"       # its arguments, each followed by a NUL (appended at run time)
+SH_FILE = "/etc/ukl/sh"           # if present: run /bin/sh -c CONTENT instead (empty: interactive)
+PROTOCOL_DIR = "/etc/ukl"
+
+# What init writes
+INIT_MARKER = "ukl-init: starting "       # on the console, before the program starts
+STATUS_DEVICE = "/dev/ttyS1"              # the second serial port: QEMU's -serial file:STATUS
+STATUS_LINE = re.compile(r"^status (\d+)$", re.M)   # "status N" on it, N = exit status or 128+signal
+STATUS_NO_APP = 127                        # nothing to start (as a shell says for "not found")
+DEBUG_EXIT_PORT = 0xf4                     # then init writes N here and QEMU exits
+DEBUG_EXIT_DEVICE = f"isa-debug-exit,iobase={DEBUG_EXIT_PORT:#x},iosize=0x04"
+
+
+def parse_status(text: str) -> int | None:
+    """The application's status from the status channel (the last line)."""
+    found = STATUS_LINE.findall(text)
+    return int(found[-1]) if found else None
