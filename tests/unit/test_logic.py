@@ -209,3 +209,25 @@ def test_builds_of_one_thing_are_serialized(tmp_path, monkeypatch):
 def test_the_kernel_key_covers_the_build_code():
     from ukltool import kernel
     assert len(kernel.build_logic()) == 64 and kernel.build_logic() == kernel.build_logic()
+
+
+def test_recipes_load_and_bad_ones_are_named(tmp_path, monkeypatch):
+    from ukltool import recipes
+    for name in recipes.names():
+        r = recipes.load(name)
+        assert r.build.program and r.smoke and r.smoke.expect and len(r.source.dsc_sha256) == 64
+    monkeypatch.setattr(recipes, "APPS_DIR", tmp_path)
+    (tmp_path / "x").mkdir()
+    good = ('description = "x"\n[source]\npackage = "x"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
+            '[build]\nprogram = "x"\n')
+    (tmp_path / "x" / "recipe.toml").write_text(good + "colour = 1\n")
+    with pytest.raises(UklError, match="unknown key.*colour"):
+        recipes.load("x")
+    (tmp_path / "x" / "recipe.toml").write_text(good.replace('program = "x"\n', ""))
+    with pytest.raises(UklError, match="lacks 'program'"):
+        recipes.load("x")
+    (tmp_path / "x" / "recipe.toml").write_text(good + '[image]\nfiles = [["missing.conf", "/etc/x"]]\n')
+    with pytest.raises(UklError, match="missing.conf does not exist"):
+        recipes.load("x")
+    with pytest.raises(UklError, match="no recipe named 'y'"):
+        recipes.load("y")

@@ -12,7 +12,7 @@ from elftools.elf.sections import SymbolTableSection
 from ukltool import flags, libc, redzone
 from ukltool.errors import UklError
 from ukltool.paths import GUEST_DIR, KERNEL_DIR, cache_dir
-from ukltool.proc import need_tool, run
+from ukltool.proc import host_cc, run
 
 
 def check_sources(sources: list[Path]) -> list[Path]:
@@ -40,7 +40,7 @@ def build_static(sources: list[Path], out: Path, freestanding: bool = False,
                  extra: list[str] | None = None) -> None:
     """An ordinary static binary (the `linux` baseline): against the host's
     glibc, or without any C library."""
-    cc = need_tool("gcc", "gcc")
+    cc = host_cc()
     cflags = [*flags.CFLAGS, *flags.FREESTANDING] if freestanding else flags.LIBC_CFLAGS
     run([cc, *cflags, *(extra or []), "-static", "-o", out, *sources, *([] if freestanding else flags.LIBS)],
         what=f"compiling {', '.join(s.name for s in sources)}")
@@ -103,7 +103,7 @@ def raw_syscalls(disassembly: str) -> list[str]:
 def build_ukl_object(sources: list[Path], out: Path, workdir: Path, extra: list[str] | None = None) -> None:
     """Compile a freestanding application (no C library) and pre-link it
     for linking into vmlinux (see link_ukl)."""
-    cc = need_tool("gcc", "gcc")
+    cc = host_cc()
     objs = []
     for i, src in enumerate(sources):
         obj = workdir / f"{i}-{src.stem}.o"
@@ -115,7 +115,7 @@ def build_ukl_object(sources: list[Path], out: Path, workdir: Path, extra: list[
 
 def build_libc_object(sources: list[Path], out: Path, workdir: Path, extra: list[str] | None = None) -> None:
     """Compile C files against our glibc port (as ukl-cc does) and pre-link them."""
-    gcc = need_tool("gcc", "gcc")
+    gcc = host_cc()
     lc = libc.build()
     objs = []
     for i, src in enumerate(sources):
@@ -134,7 +134,8 @@ def link_ukl(objs: list[Path], archives: list[Path], out: Path, workdir: Path, l
     and refers to nothing but the kernel's ukl_* entry points."""
     bad = [f for o in objs for f in redzone.check_object(o)]
     if bad:
-        raise UklError("objects that use the red zone cannot run in ring 0:\n  " + "\n  ".join(bad),
+        raise UklError("objects that keep data in the red zone across calls cannot run in ring 0, where the "
+                       "system call is a call:\n  " + "\n  ".join(bad),
                        "compile them with -mno-red-zone (ukl-cc does)")
     prelinked = workdir / "prelinked.o"
     script = workdir / "ukl-app.lds"
@@ -153,7 +154,8 @@ def link_ukl(objs: list[Path], archives: list[Path], out: Path, workdir: Path, l
     dis = run(["objdump", "-d", "--no-show-raw-insn", "-M", "att", prelinked], what="disassembling the application")
     bad = [f"{prelinked.name}: {f}" for f in redzone.code_offenders(dis)]
     if bad:
-        raise UklError("code that uses the red zone cannot run in ring 0:\n  " + "\n  ".join(bad),
+        raise UklError("code that keeps data in the red zone across calls cannot run in ring 0, where the "
+                       "system call is a call:\n  " + "\n  ".join(bad),
                        "compile it with -mno-red-zone (ukl-cc does)")
     raw = raw_syscalls(dis)
     if raw:
@@ -207,4 +209,4 @@ def libgcc(part: str = "") -> Path:
     """The compiler's support library, or its unwinder (part "eh"); what the
     application uses of them is checked for red-zone code with the rest."""
     name = f"libgcc_{part}.a" if part else "libgcc.a"
-    return Path(run([need_tool("gcc", "gcc"), f"-print-file-name={name}"], what=f"gcc -print-file-name={name}").strip())
+    return Path(run([host_cc(), f"-print-file-name={name}"], what=f"gcc -print-file-name={name}").strip())

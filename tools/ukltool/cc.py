@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ukltool import app, flags, gccargs, libc, ui
 from ukltool.errors import UklError
-from ukltool.proc import run
+from ukltool.proc import host_cc, passthrough, run
 
 TARGETS = ("base", "linux")
 SECTION = ".ukl_app"
@@ -43,19 +43,11 @@ def compile_flags(args: list[str]) -> list[str]:
     return flags.ring0(args)
 
 
-def _gcc() -> str:
-    return os.environ.get("UKL_HOST_CC", "gcc")
-
-
 def _log_program(output: str) -> None:
     log = os.environ.get("UKL_CC_LOG")
     if log:
         with open(log, "a") as fh:
             fh.write(str(Path(output).resolve()) + "\n")
-
-
-def _exec(cmd: list[str]) -> int:
-    return subprocess.run(cmd).returncode
 
 
 def refusal(cmd: gccargs.Command) -> UklError | None:
@@ -86,7 +78,7 @@ def find_archive(name: str, libdirs: list[str], lc: libc.Libc) -> Path:
         p = Path(d) / f"lib{name}.a"
         if p.is_file():
             return p
-    system = subprocess.run([_gcc(), f"-print-file-name=lib{name}.a"], capture_output=True, text=True)
+    system = subprocess.run([host_cc(), f"-print-file-name=lib{name}.a"], capture_output=True, text=True)
     found = Path(system.stdout.strip())
     if system.returncode == 0 and found.is_absolute() and found.is_file():
         return found
@@ -118,7 +110,7 @@ def link_base(cmd: gccargs.Command) -> int:
         for n, src in enumerate(cmd.sources):
             obj = work / f"{n}-{Path(src.value).stem}.o"
             opts = flags.without_pipe(cmd.compile_options)
-            rc = _exec([_gcc(), *compile_flags(opts), *opts,
+            rc = passthrough([host_cc(), *compile_flags(opts), *opts,
                         "-x", src.lang, src.value, "-x", "none", "-c", "-o", str(obj)])
             if rc:
                 return rc
@@ -141,7 +133,7 @@ def link_base(cmd: gccargs.Command) -> int:
         # The host-runnable twin: the same command line, each source
         # replaced in place by its object, against the host's static glibc.
         host_out = work / "host.out"
-        res = subprocess.run([_gcc(), "-static", "-no-pie", str(HOST_ENTRY), *cmd.link_args(compiled),
+        res = subprocess.run([host_cc(), "-static", "-no-pie", str(HOST_ENTRY), *cmd.link_args(compiled),
                               "-o", str(host_out)])
         if res.returncode:
             raise UklError("linking the host-runnable twin failed (see above)",
@@ -180,11 +172,11 @@ def main(argv: list[str]) -> int:
     try:
         cmd = gccargs.parse(argv)
         if cmd.mode == "query":
-            return _exec([_gcc(), *cmd.args])
+            return passthrough([host_cc(), *cmd.args])
         if target == "linux":
             if cmd.mode != "link":
-                return _exec([_gcc(), *cmd.args])
-            rc = _exec([_gcc(), "-static", *cmd.args])
+                return passthrough([host_cc(), *cmd.args])
+            rc = passthrough([host_cc(), "-static", *cmd.args])
             if rc == 0:
                 _log_program(cmd.output or "a.out")
             return rc
@@ -193,7 +185,7 @@ def main(argv: list[str]) -> int:
             raise bad
         if cmd.mode != "link":
             args = flags.without_pipe(cmd.args)
-            return _exec([_gcc(), *compile_flags(args), *args])
+            return passthrough([host_cc(), *compile_flags(args), *args])
         return link_base(cmd)
     except UklError as e:
         ui.err.print(f"ukl-cc: error: {e.message}", markup=False)

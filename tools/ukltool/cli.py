@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from ukltool import bench, glibctests, image, initramfs, kernel, libc, sources, ui, vm
+from ukltool import bench, glibctests, image, initramfs, kernel, libc, project, recipes, sources, ui, vm
 from ukltool import flags as ukl_flags
 from ukltool import series as series_mod
 from ukltool.errors import UklError
@@ -62,6 +62,13 @@ def _cflags(text: str) -> list[str]:
     return flags
 
 
+def _words(text: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"cannot split '{text}' into words: {e}") from None
+
+
 def _file_spec(text: str) -> tuple[Path, str]:
     src, sep, dest = text.rpartition(":")
     if not sep or not src or not dest.startswith("/") or dest.endswith("/"):
@@ -89,7 +96,9 @@ def parser() -> argparse.ArgumentParser:
                        description="Compile SOURCE files into an application, build the kernel for "
                        "--config, and write a bootable result (bzImage, initramfs, manifest) to OUTDIR. "
                        "--config linux builds an ordinary static binary on stock Linux (the baseline).")
-    b.add_argument("sources", nargs="+", type=Path, metavar="SOURCE", help="C source files")
+    b.add_argument("sources", nargs="+", type=Path, metavar="SOURCE",
+                   help="C source files, a project directory, or the NAME of a recipe in apps/ "
+                   f"({', '.join(recipes.names()) or 'none yet'})")
     b.add_argument("--config", default="linux", metavar="NAME",
                    help=f"kernel configuration (one of: {', '.join(kernel.config_names())}; default linux)")
     b.add_argument("-o", "--output", type=Path, default=Path("out"), metavar="OUTDIR",
@@ -100,6 +109,13 @@ def parser() -> argparse.ArgumentParser:
                    "which is then started as /ukl/NAME from `ukl run --sh` or --shell")
     b.add_argument("--freestanding", action="store_true",
                    help="no C library: the program brings its own _start and system call shim")
+    b.add_argument("--configure-args", type=_words, default=[], metavar="ARGS",
+                   help="arguments for the project's configure step (./configure, or cmake), shell-quoted")
+    b.add_argument("--make-args", type=_words, default=[], metavar="ARGS",
+                   help="variables and targets for make (e.g. 'MALLOC=jemalloc BUILD_TLS=no'), shell-quoted")
+    b.add_argument("--build-system", choices=project.SYSTEMS, default="auto",
+                   help="how to build a directory (default auto: CMakeLists.txt, an autoconf or other "
+                   "configure script, or a Makefile)")
     b.add_argument("--file", action="append", type=_file_spec, default=[], metavar="SRC:DEST",
                    help="add the host file SRC to the image as DEST (an absolute path; parents are created; "
                    "replaces what the image has there, e.g. /etc/passwd)")
@@ -217,10 +233,38 @@ def cmd_sources(a: argparse.Namespace) -> int:
 
 
 def cmd_build(a: argparse.Namespace) -> int:
-    man = image.build(image.BuildSpec(a.sources, a.config, a.output, a.name, a.freestanding, a.userspace, a.cflags,
-                                      a.file, a.overlay))
+    recipe = _recipe_name(a.sources)
+    if recipe is not None:
+        r = recipes.load(recipe)
+        if a.freestanding or a.cflags or a.build_system != "auto":
+            raise UklError(f"'{recipe}' is a recipe: --freestanding, --cflags and --build-system do not apply",
+                           f"its build is described in apps/{recipe}/recipe.toml")
+        recipes.check_host_packages(r)
+        tree = recipes.fetch(r)
+        opts = r.build
+        opts.configure_args = [*opts.configure_args, *a.configure_args]
+        opts.make_args = [*opts.make_args, *a.make_args]
+        spec = image.BuildSpec([tree], a.config, a.output, opts.program, userspace=True,
+                               files=[*r.files, *a.file], overlays=a.overlay, project_opts=opts, args=r.args,
+                               forwards=r.forwards, recipe=recipe)
+    else:
+        opts = project.Options(system=a.build_system, configure_args=a.configure_args, make_args=a.make_args)
+        spec = image.BuildSpec(a.sources, a.config, a.output, a.name, a.freestanding, a.userspace, a.cflags,
+                               a.file, a.overlay, opts)
+    man = image.build(spec)
     ui.info(f"built '{man.app}' for configuration '{man.config}' (kernel {man.kernel_release}) in {a.output}")
     return 0
+
+
+def _recipe_name(srcs: list[Path]) -> str | None:
+    """`ukl build NAME` for apps/NAME/recipe.toml (a path that exists wins)."""
+    if len(srcs) != 1 or srcs[0].exists() or "/" in str(srcs[0]) or srcs[0].suffix:
+        return None
+    name = str(srcs[0])
+    if name not in recipes.names():
+        raise UklError(f"{name} is neither a file, a directory nor a recipe",
+                       "recipes (apps/): " + ", ".join(recipes.names()))
+    return name
 
 
 def cmd_run(a: argparse.Namespace) -> int:
@@ -235,11 +279,13 @@ def cmd_run(a: argparse.Namespace) -> int:
     if a.shell and not sys.stdin.isatty():
         raise UklError("--shell needs a terminal on standard input", "use --sh 'COMMANDS' in scripts")
     log = a.log or a.outdir / "console.log"
+    app_args = a.args if a.args or sh is not None else man.args
+    forwards = a.forward or [(f[0], f[1]) for f in man.forwards]
     with tempfile.TemporaryDirectory(prefix="ukl-args-") as td:
-        extra = initramfs.args_archive(a.args, Path(td), sh)
+        extra = initramfs.args_archive(app_args, Path(td), sh)
         res = vm.boot(vm.RunSpec(bzimage=a.outdir / "bzImage", initrds=[a.outdir / "initramfs.cpio", extra],
                                  log=log, timeout=a.timeout, icount=a.icount, append=a.append,
-                                 forwards=a.forward, smp=run_smp(a.smp, a.icount), verbose=a.verbose,
+                                 forwards=forwards, smp=run_smp(a.smp, a.icount), verbose=a.verbose,
                                  interactive=a.shell, accel=None if a.accel == "auto" else a.accel))
     if res.failures:
         ui.err.print(f"[bold red]ukl: the kernel failed[/] (log: {log}):")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ukltool import app, flags, initramfs, kernel, libc, ui, vm
 from ukltool.errors import UklError
-from ukltool.proc import run
+from ukltool.proc import host_cc, run
 
 # (subdirectory whose makefile builds it, test name)
 TESTS: list[tuple[str, str]] = [
@@ -150,7 +150,7 @@ def build_image(work: Path) -> Path:
     drv = work / "driver.c"
     drv.write_text(_driver(TESTS))
     drv_o = work / "driver.o"
-    run(["gcc", "-O2", *flags.ring0([]), "-c", drv, "-o", drv_o], what="compiling the test driver")
+    run([host_cc(), "-O2", *flags.ring0([]), "-c", drv, "-o", drv_o], what="compiling the test driver")
     obj = work / "glibc-tests.ukl.o"
     app.link_ukl([drv_o, *objs], [support, lc.library("m")], obj, work, lc)
     return obj

@@ -30,6 +30,9 @@ class Manifest:
     vmlinux: str               # relative to the cache (~/.cache/ukl), see vmlinux_path()
     userspace: bool = False
     schema: int = SCHEMA
+    args: list[str] = field(default_factory=list)             # default arguments of `ukl run`
+    forwards: list[list[int]] = field(default_factory=list)   # default --forward HOST:GUEST pairs
+    recipe: str | None = None                                 # apps/NAME it was built from
 
     def vmlinux_path(self) -> Path:
         return cache_dir() / self.vmlinux
@@ -99,6 +102,10 @@ class BuildSpec:
     cflags: list[str] = field(default_factory=list)  # extra flags for C files (any configuration)
     files: list[tuple[Path, str]] = field(default_factory=list)  # --file SRC:DEST
     overlays: list[Path] = field(default_factory=list)           # --overlay DIR
+    project_opts: project.Options = field(default_factory=project.Options)  # for a directory
+    args: list[str] = field(default_factory=list)        # recorded for `ukl run`
+    forwards: list[tuple[int, int]] = field(default_factory=list)
+    recipe: str | None = None
 
     @property
     def project_dir(self) -> Path | None:
@@ -110,22 +117,26 @@ class BuildSpec:
 @dataclass
 class Program:
     """What one build mode made: a UKL object to link into the kernel, or
-    an ordinary executable."""
+    an ordinary executable (and the build's log, for a project)."""
     name: str
     ukl_object: Path | None = None
     executable: Path | None = None
+    log: Path | None = None
 
 
 def _from_project(spec: BuildSpec, ukl: bool, work: Path, tmp: Path) -> Program:
     project_dir = spec.project_dir
     assert project_dir is not None
-    prog = project.build(project_dir, "base" if ukl else "linux", work,
-                         spec.name if spec.name and spec.name != project_dir.name else None)
+    opts = spec.project_opts
+    if spec.name and spec.name != project_dir.name and opts.program is None:
+        opts.program = spec.name
+    res = project.build(project_dir, "base" if ukl else "linux", opts)
+    prog = res.program
     if not ukl:
-        return Program(prog.name, executable=prog)
+        return Program(prog.name, executable=prog, log=res.log)
     obj = tmp / f"{prog.name}.ukl.o"
     cc.extract(prog, obj)
-    return Program(prog.name, ukl_object=obj)
+    return Program(prog.name, ukl_object=obj, log=res.log)
 
 
 def _from_sources(spec: BuildSpec, srcs: list[Path], ukl: bool, work: Path, tmp: Path) -> Program:
@@ -204,6 +215,9 @@ def assemble(out: Path, kimg: kernel.KernelImage, config: str, name: str, starte
 
 def build(spec: BuildSpec) -> Manifest:
     if spec.project_dir is None:
+        if spec.project_opts.configure_args or spec.project_opts.make_args or spec.project_opts.system != "auto":
+            raise UklError("--configure-args, --make-args and --build-system apply to a directory",
+                           "name the project's directory")
         srcs = app.check_sources(spec.sources)
     elif spec.freestanding or spec.cflags:
         raise UklError("--freestanding and --cflags apply to C files, not to a directory",
@@ -236,6 +250,10 @@ def build(spec: BuildSpec) -> Manifest:
                 shutil.copy(prog.executable, starter)
             man = assemble(tmp, kimg, spec.config, prog.name, starter, ukl, spec.userspace, spec.files,
                            spec.overlays)
+            man.args, man.forwards, man.recipe = spec.args, [list(f) for f in spec.forwards], spec.recipe
+            (tmp / MANIFEST).write_text(json.dumps(asdict(man), indent=2) + "\n")
+            if prog.log is not None:
+                shutil.copy(prog.log, tmp / "build.log")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

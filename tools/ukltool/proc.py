@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
@@ -16,6 +17,24 @@ def need_tool(name: str, package: str) -> str:
         raise UklError(f"host tool '{name}' is missing",
                        f"install it with `apt-get install {package}` or run `make demo`")
     return path
+
+
+def host_cc() -> str:
+    """The host's C compiler: $UKL_HOST_CC, else gcc."""
+    return os.environ.get("UKL_HOST_CC") or need_tool("gcc", "gcc")
+
+
+def passthrough(cmd: Sequence[str | Path]) -> int:
+    """Run a command with our standard streams; its exit status."""
+    try:
+        return subprocess.run([str(c) for c in cmd]).returncode
+    except FileNotFoundError as e:
+        raise UklError(f"cannot run {cmd[0]}: {e.strerror}", "run `make demo` to install host dependencies") from None
+
+
+def git(tree: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    """git in TREE; its output without surrounding white space."""
+    return run(["git", "-C", tree, *args], what=f"git {args[0]} in {tree}", env=env).strip()
 
 
 def run(cmd: Sequence[str | Path], *, cwd: Path | None = None, what: str | None = None,
@@ -33,18 +52,23 @@ def run(cmd: Sequence[str | Path], *, cwd: Path | None = None, what: str | None 
 
 
 def stream(cmd: Sequence[str | Path], log: Path, on_line: Callable[[str], None], *,
-           cwd: Path | None = None, what: str, hint: str | None = None) -> None:
-    """Run a long command, writing all output to `log` and feeding lines to on_line."""
+           cwd: Path | None = None, what: str, hint: str | None = None, env: dict[str, str] | None = None,
+           append: bool = False) -> None:
+    """Run a long command, writing all output to `log` (after what it has,
+    with APPEND) and feeding lines to on_line."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w") as fh:
-        p = subprocess.Popen([str(c) for c in cmd], cwd=cwd, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, errors="replace")
+    with open(log, "a" if append else "w") as fh:
+        start = fh.tell()
+        p = subprocess.Popen([str(c) for c in cmd], cwd=cwd, stdout=subprocess.PIPE, env=env,
+                             stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT, text=True, errors="replace")
         assert p.stdout is not None
         for line in p.stdout:
             fh.write(line)
             on_line(line.rstrip("\n"))
         rc = p.wait()
     if rc != 0:
-        lines = log.read_text(errors="replace").splitlines()
+        with open(log, errors="replace") as fh:
+            fh.seek(start)
+            lines = fh.read().splitlines()
         errs = [l for l in lines if "error" in l.lower() or "Error" in l][-15:] or lines[-25:]
         raise UklError(f"{what} failed (exit {rc}); full log: {log}\n  " + "\n  ".join(errs), hint)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ukltool import sources, ui
 from ukltool.errors import UklError
-from ukltool.proc import run
+from ukltool.proc import git, run
 
 APPLIED_REF = "refs/ukl/applied"
 KEY_FILE = "ukl-series-key"
@@ -54,16 +54,12 @@ def key(patches: list[Path]) -> str:
     return h.hexdigest()
 
 
-def _git(tree: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    return run(["git", "-C", tree, *args], what=f"git {args[0]} in {tree}", env=env).strip()
-
-
 def _apply(s: Series, tree: Path, patches: list[Path]) -> str:
     """Commit the patches onto `pristine` without touching the work tree; return the tip."""
     idx = tree / ".git" / "ukl-apply.index"
     env = dict(os.environ, GIT_INDEX_FILE=str(idx), **sources.GIT_ID)
-    _git(tree, "read-tree", "pristine", env=env)
-    tip = _git(tree, "rev-parse", "pristine^{commit}")
+    git(tree, "read-tree", "pristine", env=env)
+    tip = git(tree, "rev-parse", "pristine^{commit}")
     with tempfile.TemporaryDirectory() as td:
         for p in patches:
             msg, body = Path(td) / "msg", Path(td) / "patch"
@@ -77,7 +73,7 @@ def _apply(s: Series, tree: Path, patches: list[Path]) -> str:
                 raise UklError(f"{s.what} patch {p.name} does not apply: {e.message}",
                                f"fix the patch (the file and hunk are named above), or edit the tree "
                                f"and run `{s.cli} export`") from None
-            tree_id = _git(tree, "write-tree", env=env)
+            tree_id = git(tree, "write-tree", env=env)
             cenv = dict(env, GIT_AUTHOR_NAME=fields.get("Author", "ukl"),
                         GIT_AUTHOR_EMAIL=fields.get("Email", "ukl@localhost"),
                         GIT_AUTHOR_DATE=fields.get("Date", sources.GIT_ID["GIT_AUTHOR_DATE"]))
@@ -89,7 +85,7 @@ def _apply(s: Series, tree: Path, patches: list[Path]) -> str:
 
 
 def _dirty(tree: Path) -> bool:
-    return bool(_git(tree, "status", "--porcelain", "--untracked-files=no"))
+    return bool(git(tree, "status", "--porcelain", "--untracked-files=no"))
 
 
 def sync(s: Series, tree: Path) -> str:
@@ -97,9 +93,9 @@ def sync(s: Series, tree: Path) -> str:
     patches = s.patches()
     k = key(patches)
     key_file = tree / ".git" / KEY_FILE
-    head = _git(tree, "rev-parse", "HEAD")
-    applied = _git(tree, "rev-parse", "-q", "--verify", APPLIED_REF) \
-        if (tree / ".git" / APPLIED_REF).exists() else _git(tree, "rev-parse", "pristine^{commit}")
+    head = git(tree, "rev-parse", "HEAD")
+    applied = git(tree, "rev-parse", "-q", "--verify", APPLIED_REF) \
+        if (tree / ".git" / APPLIED_REF).exists() else git(tree, "rev-parse", "pristine^{commit}")
     edited = head != applied or _dirty(tree)
     old_key = key_file.read_text().strip() if key_file.is_file() else None
     if edited:
@@ -112,17 +108,17 @@ def sync(s: Series, tree: Path) -> str:
     if old_key != k:
         with ui.step(f"applying {len(patches)} {s.what} patches"):
             tip = _apply(s, tree, patches)
-            _git(tree, "update-ref", APPLIED_REF, tip)
-            _git(tree, "reset", "-q", "--hard", tip)
+            git(tree, "update-ref", APPLIED_REF, tip)
+            git(tree, "reset", "-q", "--hard", tip)
             key_file.write_text(k + "\n")
     return k
 
 
 def reset(s: Series, tree: Path) -> Path:
     (tree / ".git" / KEY_FILE).unlink(missing_ok=True)
-    base = _git(tree, "rev-parse", "pristine^{commit}")
-    _git(tree, "update-ref", APPLIED_REF, base)
-    _git(tree, "reset", "-q", "--hard", base)
+    base = git(tree, "rev-parse", "pristine^{commit}")
+    git(tree, "update-ref", APPLIED_REF, base)
+    git(tree, "reset", "-q", "--hard", base)
     sync(s, tree)
     return tree
 
@@ -133,7 +129,7 @@ def export(s: Series, tree: Path) -> list[str]:
         raise UklError(f"the {s.what} tree {tree} has uncommitted changes",
                        "commit them (one logical change per commit) before exporting")
     with tempfile.TemporaryDirectory() as td:
-        _git(tree, "format-patch", "-q", "--zero-commit", "--no-signature", "-o", td, "pristine..HEAD")
+        git(tree, "format-patch", "-q", "--zero-commit", "--no-signature", "-o", td, "pristine..HEAD")
         new = sorted(Path(td).glob("*.patch"))
         for old in s.patch_dir.glob("*.patch"):
             old.unlink()
@@ -141,6 +137,6 @@ def export(s: Series, tree: Path) -> list[str]:
         for p in new:
             shutil.copy(p, s.patch_dir / p.name)
     (s.patch_dir / "series").write_text("".join(p.name + "\n" for p in new))
-    _git(tree, "update-ref", APPLIED_REF, _git(tree, "rev-parse", "HEAD"))
+    git(tree, "update-ref", APPLIED_REF, git(tree, "rev-parse", "HEAD"))
     (tree / ".git" / KEY_FILE).write_text(key(s.patches()) + "\n")
     return [p.name for p in new]

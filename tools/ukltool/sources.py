@@ -18,7 +18,7 @@ from pathlib import Path
 from ukltool import ui
 from ukltool.errors import UklError
 from ukltool.paths import LOCK_FILE, cache_dir
-from ukltool.proc import run
+from ukltool.proc import git, run
 
 
 @dataclass(frozen=True)
@@ -106,10 +106,6 @@ def verify(src: Source) -> None:
                        f"reinstall the package: apt-get install --reinstall {src.pin.package}")
 
 
-def _git(tree: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    return run(["git", "-C", tree, *args], what=f"git {args[0]}", env=env)
-
-
 GIT_ID = {"GIT_AUTHOR_NAME": "ukl", "GIT_AUTHOR_EMAIL": "ukl@localhost",
           "GIT_COMMITTER_NAME": "ukl", "GIT_COMMITTER_EMAIL": "ukl@localhost",
           "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z"}
@@ -137,13 +133,13 @@ def unpack_git(src: Source, dest: Path) -> Path:
                     st.update(f"{i} files: {member.name}")
     with ui.step("recording the pristine tree in git"):
         env = dict(os.environ, **GIT_ID)
-        _git(tmp, "init", "-q", "-b", "ukl")
-        _git(tmp, "config", "core.autocrlf", "false")
-        _git(tmp, "config", "gc.auto", "0")
+        git(tmp, "init", "-q", "-b", "ukl")
+        git(tmp, "config", "core.autocrlf", "false")
+        git(tmp, "config", "gc.auto", "0")
         # Trees like Linux carry their own .gitignore files; force-add everything.
-        _git(tmp, "add", "-A", "-f", ".")
-        _git(tmp, "commit", "-q", "-m", f"pristine {src.pin.package} {src.version}", env=env)
-        _git(tmp, "tag", "pristine")
+        git(tmp, "add", "-A", "-f", ".")
+        git(tmp, "commit", "-q", "-m", f"pristine {src.pin.package} {src.version}", env=env)
+        git(tmp, "tag", "pristine")
     (tmp / ".git" / "ukl-pristine-sha256").write_text(sha256_file(src.tarball) + "\n")
     shutil.rmtree(dest, ignore_errors=True)
     tmp.rename(dest)
