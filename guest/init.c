@@ -146,7 +146,7 @@ int main(void)
 			 "TERM=linux", "LANG=C", NULL, NULL };
 	ssize_t alen;
 	pid_t pid, w;
-	int status, argc = 0, fd;
+	int status, argc = 0, fd, interactive;
 
 	mount_or_warn("devtmpfs", "/dev", "devtmpfs", NULL);
 	fd = open("/dev/console", O_RDWR | O_NOCTTY);
@@ -172,6 +172,7 @@ int main(void)
 	}
 	app[strcspn(app, "\n")] = 0;
 	alen = slurp("/etc/ukl/sh", args, sizeof(args));
+	interactive = alen == 0;
 	if (alen >= 0) {
 		/* `ukl run --sh CMDS` (or --shell when empty): a shell instead */
 		snprintf(app_env, sizeof(app_env), "UKL_APP=%s", app);
@@ -200,7 +201,14 @@ int main(void)
 	}
 	if (pid == 0) {
 		setsid();
-		ioctl(0, TIOCSCTTY, 0);
+		/*
+		 * Only an interactive shell gets the console as its controlling
+		 * terminal (job control, ^C): when a session leader with one
+		 * exits, the terminal is hung up and output not yet sent is
+		 * thrown away, the last lines of a program or script.
+		 */
+		if (interactive)
+			ioctl(0, TIOCSCTTY, 0);
 		execve(app, argv, envp);
 		fprintf(stderr, "ukl-init: cannot execute %s: %s\n", app,
 			strerror(errno));

@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from ukltool import bench, glibctests, image, initramfs, kernel, libc, project, recipes, sources, ui, vm
+from ukltool import bench, glibctests, image, initramfs, kernel, libc, lock, project, recipes, sources, ui, vm
 from ukltool import flags as ukl_flags
 from ukltool import series as series_mod
 from ukltool.errors import UklError
@@ -157,7 +157,7 @@ def parser() -> argparse.ArgumentParser:
     k = sub.add_parser("kernel", help="the kernel tree and patch series",
                        description="Work on the patched kernel tree in the cache.")
     ks = k.add_subparsers(dest="kcmd", metavar="ACTION", required=True)
-    _tree_actions(ks, kernel.SERIES, lambda: sources.linux_tree()[1])
+    _tree_actions(ks, kernel.SERIES, lambda: sources.linux_tree()[1], kernel.TREE_LOCK)
     kb = ks.add_parser("build", help="build a kernel configuration")
     kb.add_argument("--config", default="linux", metavar="NAME")
     kb.set_defaults(func=lambda a: print(kernel.build(a.config).bzimage))
@@ -169,7 +169,7 @@ def parser() -> argparse.ArgumentParser:
     ls_ = lb.add_subparsers(dest="lcmd", metavar="ACTION", required=True)
     ls_.add_parser("build", help="build glibc for UKL (incremental) and print its build directory").set_defaults(
         func=lambda a: print(libc.build().objdir))
-    _tree_actions(ls_, libc.SERIES, lambda: sources.glibc_tree()[1])
+    _tree_actions(ls_, libc.SERIES, lambda: sources.glibc_tree()[1], libc.TREE_LOCK)
     lt = ls_.add_parser("tests", help="run a selection of glibc's own tests linked into the kernel",
                         description="Build glibc's tests (listed in tools/ukltool/glibctests.py) into one UKL "
                         "image, run each in its own boot under --config base, and report pass/fail per test.")
@@ -205,24 +205,34 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _tree_actions(sub: argparse._SubParsersAction, series: series_mod.Series, tree: Callable[[], Path]) -> None:
-    """tree, export and reset for a patched source tree (kernel or glibc)."""
+def _tree_actions(sub: argparse._SubParsersAction, series: series_mod.Series, tree: Callable[[], Path],
+                  lock_name: str) -> None:
+    """tree, export and reset for a patched source tree (kernel or glibc),
+    under the lock its builds hold."""
     what, patches = series.what, f"{series.patch_dir.parent.name}/{series.patch_dir.name}"
 
     def show_tree(a: argparse.Namespace) -> None:
         t = tree()
-        series_mod.sync(series, t)
+        with lock.held(lock_name, f"the {what} tree"):
+            series_mod.sync(series, t)
         print(t)
 
     def export(a: argparse.Namespace) -> None:
-        ui.info(f"wrote {len(series_mod.export(series, tree()))} patches to {patches}")
+        t = tree()
+        with lock.held(lock_name, f"the {what} tree"):
+            ui.info(f"wrote {len(series_mod.export(series, t))} patches to {patches}")
+
+    def reset(a: argparse.Namespace) -> None:
+        t = tree()
+        with lock.held(lock_name, f"the {what} tree"):
+            print(series_mod.reset(series, t))
 
     sub.add_parser("tree", help=f"apply {patches} and print the {what} tree's path (a git repository)").set_defaults(
         func=show_tree)
     sub.add_parser("export", help=f"write the {what} tree's commits since 'pristine' to {patches}").set_defaults(
         func=export)
     sub.add_parser("reset", help=f"drop edits in the {what} tree and re-apply {patches}").set_defaults(
-        func=lambda a: print(series_mod.reset(series, tree())))
+        func=reset)
 
 
 def cmd_sources(a: argparse.Namespace) -> int:

@@ -30,6 +30,7 @@ from ukltool.paths import CONFIG_DIR, PATCH_DIR, cache_dir
 from ukltool.proc import run, stream
 
 BASE_FRAGMENT = "vm-base.config"
+TREE_LOCK = "kernel-tree"
 
 
 def config_names() -> list[str]:
@@ -93,16 +94,6 @@ def sync_tree(tree: Path) -> str:
     return series_mod.sync(SERIES, tree)
 
 
-def reset_tree() -> Path:
-    _, tree = sources.linux_tree()
-    return series_mod.reset(SERIES, tree)
-
-
-def export_series() -> list[str]:
-    _, tree = sources.linux_tree()
-    return series_mod.export(SERIES, tree)
-
-
 @dataclass(frozen=True)
 class KernelImage:
     config: str
@@ -164,24 +155,26 @@ def is_ukl(name: str) -> bool:
 
 def build(name: str, app: Path | None = None) -> KernelImage:
     """Build the kernel for configuration NAME, with the UKL application
-    object APP linked in if given (cached by content)."""
+    object APP linked in if given (cached by content). Every configuration
+    is built from the one patched tree, so builds (and anything that
+    brings the tree to a series) hold its lock: two checkouts with
+    different series, or two test runs, take turns instead of building
+    from a tree the other is rewriting."""
     src, tree = sources.linux_tree()
-    tree_key = sync_tree(tree)
-    frags = fragments(name)
-    app_key = hashlib.sha256(app.read_bytes()).hexdigest() if app else ""
-    h = hashlib.sha256()
-    for part in (src.version, tree_key, build_logic(), app_key):
-        h.update(part.encode() + b"\0")
-    for f in frags:
-        h.update(f.read_bytes())
-    key = h.hexdigest()[:16]
-    out = cache_dir() / "kernels" / f"{name}-{key}"
-    if (out / "bzImage").is_file():
-        return KernelImage(name, key, out / "bzImage", out / "vmlinux", (out / "release").read_text().strip())
-    bdir = cache_dir() / "build" / name
-    with lock.held(f"kernel-{name}", f"kernel '{name}'"):
-        if (out / "bzImage").is_file():  # built while we waited
+    with lock.held(TREE_LOCK, "the kernel tree"):
+        tree_key = sync_tree(tree)
+        frags = fragments(name)
+        app_key = hashlib.sha256(app.read_bytes()).hexdigest() if app else ""
+        h = hashlib.sha256()
+        for part in (src.version, tree_key, build_logic(), app_key):
+            h.update(part.encode() + b"\0")
+        for f in frags:
+            h.update(f.read_bytes())
+        key = h.hexdigest()[:16]
+        out = cache_dir() / "kernels" / f"{name}-{key}"
+        if (out / "bzImage").is_file():
             return KernelImage(name, key, out / "bzImage", out / "vmlinux", (out / "release").read_text().strip())
+        bdir = cache_dir() / "build" / name
         configure(tree, bdir, name, tree_key)
         make_vars = []
         if app:

@@ -24,6 +24,7 @@ from ukltool.paths import REPO, cache_dir
 from ukltool.proc import run, stream
 
 LIBC_DIR = REPO / "libc"
+TREE_LOCK = "glibc"  # held by builds and by anything that rewrites the tree
 WRAPPER = LIBC_DIR / "ukl-gcc"
 SYSCALL_MACRO = LIBC_DIR / "syscall-as-call.s"
 SERIES = series_mod.Series("glibc", LIBC_DIR / "patches", "./ukl libc")
@@ -89,7 +90,7 @@ def _progress(st: ui.Step):
 
 def build() -> Libc:
     """Configure (once) and build glibc's libraries for UKL; incremental."""
-    with lock.held("glibc", "glibc"):
+    with lock.held(TREE_LOCK, "glibc"):
         return _build()
 
 
@@ -147,11 +148,3 @@ def tree() -> Path:
     return t
 
 
-def export() -> list[str]:
-    _, t = sources.glibc_tree()
-    return series_mod.export(SERIES, t)
-
-
-def reset() -> Path:
-    _, t = sources.glibc_tree()
-    return series_mod.reset(SERIES, t)
