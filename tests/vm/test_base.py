@@ -14,13 +14,40 @@ CONFIGS = ALL_CONFIGS
 
 @pytest.fixture(scope="module", params=CONFIGS)
 def image(request, outdir):
-    return request.param, build(SRC, request.param, outdir / f"ukl-base-{request.param}", "--freestanding")
+    # --userspace: a shell runs many cases in one boot (see `batch`)
+    return request.param, build(SRC, request.param, outdir / f"ukl-base-{request.param}", "--freestanding",
+                                "--userspace")
 
 
 def run(image, *args, smp="1"):
     config, out = image
     res = ukl("run", out, "--smp", smp, "--timeout", "90", "--", *args)
     return config, res, out
+
+
+# Cases that need no boot of their own: one boot per configuration runs
+# them all from a shell, each as its own process with its exit status.
+FAULTS = {"null": 139, "wild": 139, "kernel-hole": 139, "const": 139, "divide": 136, "ud2": 132,
+          "int3": 133, "overflow": 139}
+BATCHED = ["memory", "ifunc", "stack", "thread", "preempt", "signals", "fork", *FAULTS]
+
+
+@pytest.fixture(scope="module")
+def batch(image):
+    """{case: (status, output)} from one boot (1 vCPU) running every BATCHED case."""
+    config, out = image
+    script = "".join(f'echo "=== {c}"; $UKL_APP {c}; echo "=== {c} status=$?"\n' for c in BATCHED)
+    res = ukl("run", out, "--smp", "1", "--timeout", "600", "--sh", script + "sleep 1\n")
+    assert res.returncode == 0, res.stdout[-3000:]
+    results = {}
+    for c in BATCHED:
+        begin, end = f"=== {c}\n", f"=== {c} status="
+        assert begin in res.stdout and end in res.stdout, (c, res.stdout[-3000:])
+        body = res.stdout.split(begin, 1)[1].split(end, 1)[0]
+        status = int(res.stdout.split(end, 1)[1].split("\n", 1)[0])
+        results[c] = (status, body)
+    assert_clean(out / "console.log")
+    return config, results
 
 
 def test_runs_in_the_right_ring_with_args_and_auxv(image):
@@ -33,71 +60,72 @@ def test_runs_in_the_right_ring_with_args_and_auxv(image):
     assert_clean(out / "console.log")
 
 
-def test_memory_and_pointers_into_the_image(image):
-    config, res, out = run(image, "memory")
-    assert res.returncode == 0, res.stdout
+def test_memory_and_pointers_into_the_image(batch):
+    status, stdout = batch[1]["memory"]
+    assert status == 0, stdout
     for line in ("mmap 64 MiB touched, munmap 0", "brk grew 1024 KiB", "write from rodata ok",
                  "read into bss: 9 bytes: ukl_base", "write(NULL) = -14", "write(kernel text) = -14",
                  "write(kernel hole) = -14", "read(kernel data) = -14", "open(missing) = -2",
                  "close(-1) = -9"):
-        assert line in res.stdout, (line, res.stdout)
+        assert line in stdout, (line, stdout)
+
+
+def test_ifunc_relocations_are_linked_and_applied(batch):
+    status, stdout = batch[1]["ifunc"]
+    assert status == 0, stdout
+    assert "ifunc: 1 relocations, answer 42" in stdout
+
+
+def test_stack_grows_on_page_faults(batch):
+    status, stdout = batch[1]["stack"]
+    assert status == 0, stdout
+    assert "large frame ok" in stdout and "recursion 20000 deep" in stdout
+
+
+def check_thread(stdout: str) -> None:
+    assert "thread created, ran 2" in stdout
+    assert "futex wake on static data: 0" in stdout
+
+
+def test_thread_on_its_own_growing_stack(batch):
+    status, stdout = batch[1]["thread"]
+    assert status == 0, stdout
+    check_thread(stdout)
+
+
+def test_thread_on_its_own_growing_stack_on_two_cpus(image):
+    config, res, out = run(image, "thread", smp="2")
+    assert res.returncode == 0, res.stdout
+    check_thread(res.stdout)
     assert_clean(out / "console.log")
 
 
-def test_ifunc_relocations_are_linked_and_applied(image):
-    config, res, out = run(image, "ifunc")
-    assert res.returncode == 0, res.stdout
-    assert "ifunc: 1 relocations, answer 42" in res.stdout
+def test_busy_threads_are_preempted(batch):
+    status, stdout = batch[1]["preempt"]
+    assert status == 0, stdout
+    assert "preempt: both threads ran" in stdout
 
 
-def test_stack_grows_on_page_faults(image):
-    config, res, out = run(image, "stack")
-    assert res.returncode == 0, res.stdout
-    assert "large frame ok" in res.stdout and "recursion 20000 deep" in res.stdout
-    assert_clean(out / "console.log")
-
-
-@pytest.mark.parametrize("smp", ["1", "2"])
-def test_thread_on_its_own_growing_stack(image, smp):
-    config, res, out = run(image, "thread", smp=smp)
-    assert res.returncode == 0, res.stdout
-    assert "thread created, ran 2" in res.stdout
-    assert "futex wake on static data: 0" in res.stdout
-    assert_clean(out / "console.log")
-
-
-def test_busy_threads_are_preempted(image):
-    config, res, out = run(image, "preempt", smp="1")
-    assert res.returncode == 0, res.stdout
-    assert "preempt: both threads ran" in res.stdout
-    assert_clean(out / "console.log")
-
-
-def test_signals_restart_and_caught_faults(image):
-    config, res, out = run(image, "signals")
-    assert res.returncode == 0, res.stdout
+def test_signals_restart_and_caught_faults(batch):
+    status, stdout = batch[1]["signals"]
+    assert status == 0, stdout
     for line in ("SIGUSR1 handled: 10", "read interrupted: -4", "read restarted: 1 x",
                  "caught SIGSEGV 11", "caught SIGFPE 8", "caught SIGILL 4", "caught SIGTRAP 5"):
-        assert line in res.stdout, (line, res.stdout)
-    assert_clean(out / "console.log")
+        assert line in stdout, (line, stdout)
 
 
-@pytest.mark.parametrize("case,status", [
-    ("null", 139), ("wild", 139), ("kernel-hole", 139), ("const", 139), ("divide", 136), ("ud2", 132),
-    ("int3", 133), ("overflow", 139)])
-def test_app_faults_are_signals_not_oopses(image, case, status):
-    config, res, out = run(image, case)
-    assert res.returncode == status, res.stdout
-    assert_clean(out / "console.log")
+@pytest.mark.parametrize("case,status", FAULTS.items())
+def test_app_faults_are_signals_not_oopses(batch, case, status):
+    got, stdout = batch[1][case]
+    assert got == status, stdout
 
 
-def test_raw_fork_of_the_application(image):
+def test_raw_fork_of_the_application(batch):
     """clone(SIGCHLD) straight from the application, no C library: the
     child runs on its own copy of the data and its exit status arrives."""
-    config, res, out = run(image, "fork")
-    assert res.returncode == 0, res.stdout
-    assert "fork: child exited 7" in res.stdout
-    assert_clean(out / "console.log")
+    status, stdout = batch[1]["fork"]
+    assert status == 0, stdout
+    assert "fork: child exited 7" in stdout
 
 
 def test_app_symbols_are_prefixed_in_the_kernel_symbol_table(image):

@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from ukltool import app, flags, gccargs, libc, ui
 from ukltool.errors import UklError
-from ukltool.proc import host_cc, passthrough, run
+from ukltool.proc import capture, host_cc, passthrough, run
 
 TARGETS = ("base", "linux")
 SECTION = ".ukl_app"
@@ -78,7 +77,7 @@ def find_archive(name: str, libdirs: list[str], lc: libc.Libc) -> Path:
         p = Path(d) / f"lib{name}.a"
         if p.is_file():
             return p
-    system = subprocess.run([host_cc(), f"-print-file-name=lib{name}.a"], capture_output=True, text=True)
+    system = capture([host_cc(), f"-print-file-name=lib{name}.a"])
     found = Path(system.stdout.strip())
     if system.returncode == 0 and found.is_absolute() and found.is_file():
         return found
@@ -133,9 +132,8 @@ def link_base(cmd: gccargs.Command) -> int:
         # The host-runnable twin: the same command line, each source
         # replaced in place by its object, against the host's static glibc.
         host_out = work / "host.out"
-        res = subprocess.run([host_cc(), "-static", "-no-pie", str(HOST_ENTRY), *cmd.link_args(compiled),
-                              "-o", str(host_out)])
-        if res.returncode:
+        if passthrough([host_cc(), "-static", "-no-pie", str(HOST_ENTRY), *cmd.link_args(compiled),
+                        "-o", str(host_out)]):
             raise UklError("linking the host-runnable twin failed (see above)",
                            "the UKL object links, but the same objects do not link as a static program")
         run(["objcopy", f"--add-section={SECTION}={obj}", f"--set-section-flags={SECTION}=noload,readonly",
@@ -150,9 +148,8 @@ def link_base(cmd: gccargs.Command) -> int:
 
 def extract(program: Path, out: Path) -> None:
     """The UKL object embedded in a program linked by ukl-cc."""
-    res = subprocess.run(["objcopy", "-O", "binary", f"--only-section={SECTION}",
-                          f"--set-section-flags={SECTION}=alloc", str(program), str(out)],
-                         capture_output=True, text=True)
+    res = capture(["objcopy", "-O", "binary", f"--only-section={SECTION}",
+                   f"--set-section-flags={SECTION}=alloc", program, out])
     if res.returncode or not out.is_file() or out.stat().st_size == 0 or out.read_bytes()[:4] != b"\x7fELF":
         out.unlink(missing_ok=True)
         raise UklError(f"{program} was not linked by ukl-cc for UKL (no {SECTION} section)",

@@ -18,7 +18,6 @@ import inspect
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from ukltool import lock, sources, ui
 from ukltool import series as series_mod
 from ukltool.errors import UklError
 from ukltool.paths import CONFIG_DIR, PATCH_DIR, cache_dir
-from ukltool.proc import run, stream
+from ukltool.proc import capture, run, stream
 
 BASE_FRAGMENT = "vm-base.config"
 TREE_LOCK = "kernel-tree"
@@ -184,11 +183,19 @@ def build(name: str, app: Path | None = None) -> KernelImage:
             if not linked.is_file() or linked.read_bytes() != app.read_bytes():
                 shutil.copy(app, linked)
             make_vars.append(f"UKL_APP={linked}")
+        # make cannot see a change of UKL_APP itself (another application
+        # with the same object, or none): the last link's is recorded, and
+        # vmlinux removed when it differs.
+        linked_key = bdir / ".ukl-linked-app"
+        if not linked_key.is_file() or linked_key.read_text() != app_key:
+            (bdir / "vmlinux").unlink(missing_ok=True)
+            linked_key.unlink(missing_ok=True)
         jobs = str(os.cpu_count() or 2)
         with ui.step(f"building kernel '{name}'") as st:
             stream(["make", "-C", tree, f"O={bdir}", f"-j{jobs}", "LOCALVERSION=", "bzImage", *make_vars],
                    bdir / "ukl-build.log", _make_progress(st), what=f"kernel build '{name}'",
                    hint=f"see the log; the build directory is {bdir}")
+        linked_key.write_text(app_key)
         release = (bdir / "include" / "config" / "kernel.release").read_text().strip()
         tmp = out.with_name(out.name + ".partial")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -229,8 +236,7 @@ def checkpatch() -> int:
     for p in patches:
         # checkpatch leaves a cache file in its working directory.
         with tempfile.TemporaryDirectory() as td:
-            res = subprocess.run([str(script), "--strict", "--no-tree", "--terse", "--show-types", str(p)],
-                                 capture_output=True, text=True, cwd=td)
+            res = capture([script, "--strict", "--no-tree", "--terse", "--show-types", p], cwd=Path(td))
         errors = checkpatch_errors(res.returncode, res.stdout + res.stderr)
         ui.info(f"{p.name}: {errors} errors")
         for l in res.stdout.splitlines():

@@ -32,6 +32,17 @@ def passthrough(cmd: Sequence[str | Path]) -> int:
         raise UklError(f"cannot run {cmd[0]}: {e.strerror}", "run `make demo` to install host dependencies") from None
 
 
+def capture(cmd: Sequence[str | Path], *, cwd: Path | None = None, env: dict[str, str] | None = None,
+            timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a command whose failure the caller judges: its status and text
+    output (a missing program is still an error of ours)."""
+    try:
+        return subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True,
+                              errors="replace", timeout=timeout, stdin=subprocess.DEVNULL)
+    except FileNotFoundError as e:
+        raise UklError(f"cannot run {cmd[0]}: {e.strerror}", "run `make demo` to install host dependencies") from None
+
+
 def git(tree: Path, *args: str, env: dict[str, str] | None = None) -> str:
     """git in TREE; its output without surrounding white space."""
     return run(["git", "-C", tree, *args], what=f"git {args[0]} in {tree}", env=env).strip()

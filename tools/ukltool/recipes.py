@@ -140,17 +140,18 @@ def fetch(r: Recipe) -> Path:
         dl = cache_dir() / "apps" / "downloads"
         dl.mkdir(parents=True, exist_ok=True)
         dsc = dl / f"{s.package}_{_upstream_version(s.version)}.dsc"
+        pinned = True
         if not dsc.is_file():
             with ui.step(f"downloading Debian's source package {s.package} {s.version}"):
                 try:
                     run(["apt-get", "source", "--download-only", "-q", f"{s.package}={s.version}"], cwd=dl,
                         what=f"apt-get source {s.package}={s.version}")
-                except UklError as e:
-                    raise UklError(f"{e.message}\n(is a deb-src entry configured, and does Debian still serve "
-                                   f"{s.package} {s.version}?)", "`make setup` adds the deb-src entry; if the "
-                                   f"version is gone, update apps/{r.name}/recipe.toml") from None
+                except UklError:
+                    pinned = False
+            if not pinned:
+                dsc = _newest(r, dl)
         got = hashlib.sha256(dsc.read_bytes()).hexdigest()
-        if got != s.dsc_sha256:
+        if pinned and got != s.dsc_sha256:
             raise UklError(f"{dsc} has sha256 {got}, apps/{r.name}/recipe.toml pins {s.dsc_sha256}",
                            f"delete {dsc} to download it again, or update the recipe after checking the source")
         tmp = tree.with_name(tree.name + ".partial")
@@ -159,10 +160,30 @@ def fetch(r: Recipe) -> Path:
         with ui.step(f"unpacking {dsc.name}"):
             run(["dpkg-source", "-x", *([] if s.debian_patches else ["--skip-patches"]), dsc, tmp],
                 what=f"dpkg-source -x {dsc.name}")
-        (tmp / ".ukl-unpacked").write_text(f"{s.package} {s.version}\n")
+        (tmp / ".ukl-unpacked").write_text(f"{dsc.name}\n")
         shutil.rmtree(tree, ignore_errors=True)
         tmp.rename(tree)
     return tree
+
+
+def _newest(r: Recipe, dl: Path) -> Path:
+    """The newest version Debian serves, when the pinned one is gone (as
+    sources.lock does for the kernel and glibc): apt has authenticated it,
+    but it is not the version the recipe was checked with."""
+    s = r.source
+    before = set(dl.glob(f"{s.package}_*.dsc"))
+    try:
+        run(["apt-get", "source", "--download-only", "-q", s.package], cwd=dl,
+            what=f"apt-get source {s.package}")
+    except UklError as e:
+        raise UklError(f"{e.message}\n(is a deb-src entry configured?)",
+                       "`make setup` adds the deb-src entry for Debian's source packages") from None
+    new = sorted(set(dl.glob(f"{s.package}_*.dsc")) - before) or sorted(before)
+    if not new:
+        raise UklError(f"apt-get source {s.package} left no .dsc in {dl}", "check the apt sources")
+    ui.warn(f"{s.package} {s.version} (pinned in apps/{r.name}/recipe.toml) is not served any more; "
+            f"building {new[-1].name} instead: update the recipe's version and dsc_sha256")
+    return new[-1]
 
 
 def check_host_packages(r: Recipe) -> None:

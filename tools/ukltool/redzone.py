@@ -17,10 +17,10 @@ such as glibc's hand-written x87 routines or code compiled without
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 from ukltool.errors import UklError
+from ukltool.proc import capture
 
 BELOW_RSP = re.compile(r"-0x[0-9a-f]+\(%rsp\)")
 BELOW_RBP = re.compile(r"-0x[0-9a-f]+\(%rbp\)")
@@ -56,11 +56,7 @@ def check_object(path: Path) -> list[str]:
         if fh.read(4) != b"\x7fELF":
             raise UklError(f"{label} is not an ELF object", "link ELF objects and archives only")
     cmd = ["objdump", "-d", "--no-show-raw-insn", "-M", "att", label]
-    try:
-        res = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
-    except FileNotFoundError:
-        raise UklError(f"objdump is missing, so the red-zone check of {label} cannot run",
-                       "install binutils (`make demo` does)") from None
+    res = capture(cmd)
     if res.returncode != 0:
         raise UklError(f"objdump cannot read {label}, so its red-zone check cannot run: "
                        f"{res.stderr.strip()[-300:]}", "link ELF objects and archives only")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 import tarfile
 import tomllib
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from pathlib import Path
 from ukltool import ui
 from ukltool.errors import UklError
 from ukltool.paths import LOCK_FILE, cache_dir
-from ukltool.proc import git, run
+from ukltool.proc import capture, git, run
 
 
 @dataclass(frozen=True)
@@ -52,8 +51,7 @@ def load_lock(path: Path = LOCK_FILE) -> dict[str, Pin]:
 
 
 def installed_version(package: str) -> str | None:
-    res = subprocess.run(["dpkg-query", "-W", "-f=${Status} ${Version}", package],
-                         capture_output=True, text=True)
+    res = capture(["dpkg-query", "-W", "-f=${Status} ${Version}", package])
     if res.returncode != 0 or not res.stdout.startswith("install ok installed"):
         return None
     return res.stdout.split()[-1]
@@ -61,8 +59,7 @@ def installed_version(package: str) -> str | None:
 
 def _apt_install(spec: str) -> bool:
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    res = subprocess.run(["apt-get", "install", "-y", "-q", "--allow-downgrades", spec],
-                         capture_output=True, text=True, env=env)
+    res = capture(["apt-get", "install", "-y", "-q", "--allow-downgrades", spec], env=env)
     return res.returncode == 0
 
 

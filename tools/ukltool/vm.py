@@ -19,7 +19,7 @@ from typing import BinaryIO
 from ukltool import initramfs, logscan, protocol, ui
 from ukltool.errors import UklError
 from ukltool.paths import cache_dir
-from ukltool.proc import need_tool
+from ukltool.proc import capture, need_tool
 
 EXIT_TIMEOUT = 124
 EXIT_KERNEL_FAILURE = 125
@@ -56,7 +56,7 @@ class RunResult:
 
 
 def qemu_version(qemu: str) -> str:
-    out = subprocess.run([qemu, "--version"], capture_output=True, text=True).stdout
+    out = capture([qemu, "--version"]).stdout
     return out.splitlines()[0] if out else "unknown"
 
 
@@ -89,8 +89,7 @@ def probe_kvm(qemu: str, kernel: Path, initrd: Path, timeout: float = 30) -> tup
                "-nodefaults", "-device", DEBUG_EXIT, "-kernel", str(kernel), "-initrd", str(initrd),
                "-append", "console=ttyS0 panic=-1", "-serial", "null", "-serial", f"file:{status_file}"]
         try:
-            res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                                 stdin=subprocess.DEVNULL)
+            res = capture(cmd, timeout=timeout)
         except subprocess.TimeoutExpired:
             return False, f"a KVM test boot did not finish in {timeout:.0f} s"
         text = status_file.read_text(errors="replace") if status_file.is_file() else ""
