@@ -114,6 +114,25 @@ static ssize_t slurp(const char *path, char *buf, size_t size)
 	return len;
 }
 
+/* In the child: the console as controlling terminal, the shell below us */
+static void lead_session(void)
+{
+	int status = 0;
+	pid_t pid;
+
+	ioctl(0, TIOCSCTTY, 0);
+	pid = fork();
+	if (pid <= 0)
+		return;	/* the shell (or, without a fork, the shell itself) */
+	/* ^C and ^\ are the shell's business until it has its own group */
+	signal(SIGINT, SIG_IGN);
+	signal(SIGQUIT, SIG_IGN);
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	tcdrain(STDOUT_FILENO);
+	_exit(WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status));
+}
+
 static void report_and_exit(int code)
 {
 	char line[32];
@@ -202,13 +221,15 @@ int main(void)
 	if (pid == 0) {
 		setsid();
 		/*
-		 * Only an interactive shell gets the console as its controlling
-		 * terminal (job control, ^C): when a session leader with one
-		 * exits, the terminal is hung up and output not yet sent is
-		 * thrown away, the last lines of a program or script.
+		 * When a session leader with a controlling terminal exits, the
+		 * terminal is hung up and output not yet sent is thrown away,
+		 * the last lines of a program or script. So only an interactive
+		 * shell gets the console as its controlling terminal (job
+		 * control, ^C), and its session is led by a process that drains
+		 * the output before it exits.
 		 */
 		if (interactive)
-			ioctl(0, TIOCSCTTY, 0);
+			lead_session();
 		execve(app, argv, envp);
 		fprintf(stderr, "ukl-init: cannot execute %s: %s\n", app,
 			strerror(errno));

@@ -50,6 +50,13 @@ def batch(image):
     return config, results
 
 
+def passed(batch, case: str) -> str:
+    """The output of CASE in the batch boot, which must have exited 0."""
+    status, stdout = batch[1][case]
+    assert status == 0, stdout
+    return stdout
+
+
 def test_runs_in_the_right_ring_with_args_and_auxv(image):
     config, res, out = run(image, "info", "x y")
     assert res.returncode == 0, res.stdout
@@ -61,8 +68,7 @@ def test_runs_in_the_right_ring_with_args_and_auxv(image):
 
 
 def test_memory_and_pointers_into_the_image(batch):
-    status, stdout = batch[1]["memory"]
-    assert status == 0, stdout
+    stdout = passed(batch, "memory")
     for line in ("mmap 64 MiB touched, munmap 0", "brk grew 1024 KiB", "write from rodata ok",
                  "read into bss: 9 bytes: ukl_base", "write(NULL) = -14", "write(kernel text) = -14",
                  "write(kernel hole) = -14", "read(kernel data) = -14", "open(missing) = -2",
@@ -71,14 +77,12 @@ def test_memory_and_pointers_into_the_image(batch):
 
 
 def test_ifunc_relocations_are_linked_and_applied(batch):
-    status, stdout = batch[1]["ifunc"]
-    assert status == 0, stdout
+    stdout = passed(batch, "ifunc")
     assert "ifunc: 1 relocations, answer 42" in stdout
 
 
 def test_stack_grows_on_page_faults(batch):
-    status, stdout = batch[1]["stack"]
-    assert status == 0, stdout
+    stdout = passed(batch, "stack")
     assert "large frame ok" in stdout and "recursion 20000 deep" in stdout
 
 
@@ -88,8 +92,7 @@ def check_thread(stdout: str) -> None:
 
 
 def test_thread_on_its_own_growing_stack(batch):
-    status, stdout = batch[1]["thread"]
-    assert status == 0, stdout
+    stdout = passed(batch, "thread")
     check_thread(stdout)
 
 
@@ -101,14 +104,12 @@ def test_thread_on_its_own_growing_stack_on_two_cpus(image):
 
 
 def test_busy_threads_are_preempted(batch):
-    status, stdout = batch[1]["preempt"]
-    assert status == 0, stdout
+    stdout = passed(batch, "preempt")
     assert "preempt: both threads ran" in stdout
 
 
 def test_signals_restart_and_caught_faults(batch):
-    status, stdout = batch[1]["signals"]
-    assert status == 0, stdout
+    stdout = passed(batch, "signals")
     for line in ("SIGUSR1 handled: 10", "read interrupted: -4", "read restarted: 1 x",
                  "caught SIGSEGV 11", "caught SIGFPE 8", "caught SIGILL 4", "caught SIGTRAP 5"):
         assert line in stdout, (line, stdout)
@@ -123,8 +124,7 @@ def test_app_faults_are_signals_not_oopses(batch, case, status):
 def test_raw_fork_of_the_application(batch):
     """clone(SIGCHLD) straight from the application, no C library: the
     child runs on its own copy of the data and its exit status arrives."""
-    status, stdout = batch[1]["fork"]
-    assert status == 0, stdout
+    stdout = passed(batch, "fork")
     assert "fork: child exited 7" in stdout
 
 

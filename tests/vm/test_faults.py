@@ -170,9 +170,10 @@ def test_kernel_stack_overflow_is_still_reported(userspace_images):
     stack raises a page fault there instead of a double fault: the report
     must be the same (lkdtm's EXHAUST_STACK recurses until it overflows)."""
     image = userspace_images["base-debug"]
-    res = ukl("run", image, "--timeout", "300", "--sh",
+    log_file = image / "exhaust-stack.log"  # the storm's console.log stays for a post-mortem
+    res = ukl("run", image, "--timeout", "300", "--log", log_file, "--sh",
               "mount -t debugfs none /sys/kernel/debug; "
               "echo EXHAUST_STACK > /sys/kernel/debug/provoke-crash/DIRECT; echo survived")
-    log = (image / "console.log").read_text(errors="replace")
+    log = log_file.read_text(errors="replace")
     assert res.returncode == 125 and "survived" not in res.stdout, res.stdout[-3000:]
     assert re.search(r"BUG: task stack guard page was hit at", log, re.I), log[-3000:]
