@@ -15,7 +15,7 @@ import json
 import os
 import re
 import shlex
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ukltool import lock, ui
@@ -37,14 +37,12 @@ class Options:
     make_targets: list[str] = field(default_factory=list)
     program: str | None = None        # the application among the programs linked
     subdir: str = ""                  # where the build system is, inside the tree
-    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
 class Result:
     program: Path      # the linked program (carries the UKL object for base)
     log: Path          # the build's full log
-    build_dir: Path
 
 
 def detect(tree: Path) -> str:
@@ -86,7 +84,7 @@ def _progress(st: ui.Step):
     return on_line
 
 
-def _commands(system: str, tree: Path, opts: Options, jobs: str) -> tuple[list[list[str]], list[str]]:
+def _commands(system: str, opts: Options, jobs: str) -> tuple[list[list[str]], list[str]]:
     """(configure steps, the make command) for SYSTEM."""
     cc = str(UKL_CC)
     make = ["make", f"-j{jobs}", f"CC={cc}", *opts.make_args, *opts.make_targets]
@@ -122,11 +120,10 @@ def build(src: Path, target: str, opts: Options) -> Result:
     with lock.held(f"project-{bdir.parent.name}-{target}", f"{src.name} ({target})"):
         _mirror(src, tree)
         work = tree / opts.subdir
-        configure, make = _commands(system, work, opts, jobs)
-        env = dict(os.environ, UKL_TARGET=target, UKL_CC_LOG=str(programs), CC=str(UKL_CC), **opts.env)
+        configure, make = _commands(system, opts, jobs)
+        env = dict(os.environ, UKL_TARGET=target, UKL_CC_LOG=str(programs), CC=str(UKL_CC))
         stamp = bdir / "configured"
-        want = json.dumps({"system": system, "configure": configure, "env": opts.env, "opts": asdict(opts)},
-                          sort_keys=True)
+        want = json.dumps(configure)  # the configure steps, arguments included
         log.write_text("")
         with ui.step(f"building {src.name} with CC=ukl-cc ({target}, {system}); log: {log}") as st:
             if configure and not (stamp.is_file() and stamp.read_text() == want):
@@ -135,7 +132,7 @@ def build(src: Path, target: str, opts: Options) -> Result:
                     _logged(cmd, work, env, log, st, f"configuring {src.name}")
                 stamp.write_text(want)
             _logged(make, work, env, log, st, f"building {src.name}")
-    return Result(_choose(programs, opts.program, log), log, bdir)
+    return Result(_choose(programs, opts.program, log), log)
 
 
 def _logged(cmd: list[str], cwd: Path, env: dict[str, str], log: Path, st: ui.Step, what: str) -> None:

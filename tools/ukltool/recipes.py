@@ -39,7 +39,6 @@ class Smoke:
 @dataclass
 class Recipe:
     name: str
-    dir: Path
     description: str
     source: Source
     build: project.Options
@@ -115,7 +114,7 @@ def load(name: str) -> Recipe:
         _done(s, w)
     description = _take(data, "description", str, where)
     _done(data, where)
-    return Recipe(name, APPS_DIR / name, description, source, opts, [str(p) for p in host_packages], files, args,
+    return Recipe(name, description, source, opts, [str(p) for p in host_packages], files, args,
                   forwards, smoke)
 
 
