@@ -114,9 +114,8 @@ def test_a_missing_option_value_is_a_clear_error():
 
 
 @pytest.mark.parametrize("line,message", [
-    ("-c x.cpp", "x.cpp: C++ is not supported"),
-    ("-x c++ -c x.c", "x.c: C++ is not supported"),
     ("-c prog.f90", "prog.f90: 'f95' is not supported"),
+    ("-c prog.m", "prog.m: 'objective-c' is not supported"),
     ("-shared -o libx.so x.c", "shared libraries cannot be linked"),
     ("-o p main.o /usr/lib/libz.so", "/usr/lib/libz.so: a shared library cannot be linked"),
 ])
@@ -125,6 +124,7 @@ def test_refusals_name_the_input_and_the_reason(line, message):
     assert bad is not None and message in bad.message and bad.hint
 
 
-def test_c_and_assembly_are_not_refused():
-    for line in ("-c x.c", "-c y.S", "-o p x.c y.s z.o liba.a -lm", "-E x.c", "-r -o all.o a.o"):
+def test_c_cxx_and_assembly_are_not_refused():
+    for line in ("-c x.c", "-c y.S", "-o p x.c y.s z.o liba.a -lm", "-E x.c", "-r -o all.o a.o",
+                 "-c x.cpp", "-x c++ -c x.c", "-o p a.cc b.o -lstdc++"):
         assert cc.refusal(gccargs.parse(line.split())) is None

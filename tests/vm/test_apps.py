@@ -16,8 +16,11 @@ def app_lines(out: str) -> list[str]:
     return [l for l in out.splitlines() if not l.startswith(("ukl:", "ukl-init:"))]
 
 
+APPS = [n for n in recipes.names() if not recipes.load(n).build.library]
+
+
 @pytest.mark.parametrize("config", BASIC_CONFIGS)
-@pytest.mark.parametrize("name", recipes.names())
+@pytest.mark.parametrize("name", APPS)
 def test_recipe_builds_runs_and_passes_its_smoke_test(outdir, name, config):
     r = recipes.load(name)
     out = outdir / f"app-{name}-{config}"
@@ -41,3 +44,9 @@ def test_an_unknown_name_lists_the_recipes(outdir):
     res = ukl("build", "no-such-app", "--config", "base", "-o", outdir / "none")
     assert res.returncode == 2 and "neither a file, a directory nor a recipe" in res.stdout
     assert all(n in res.stdout for n in recipes.names()) and "Traceback" not in res.stdout
+
+
+def test_a_library_recipe_is_built_only_as_a_dependency(outdir):
+    res = ukl("build", "libevent", "--config", "base", "-o", outdir / "libevent")
+    assert res.returncode == 2 and "library recipe" in res.stdout and "memcached" in res.stdout, res.stdout
+    assert not (outdir / "libevent").exists()

@@ -135,11 +135,12 @@ def without_nmi_backtraces(log: str) -> str:
     from ukltool import logscan
     out, inside = [], False
     for line in log.splitlines():
+        body = logscan.STAMP.split(line)[-1]  # the line's (last) kernel message
         if BACKTRACE_HEADER.search(line):
             inside = True
-        elif inside and BACKTRACE_END.search(line):
+        elif inside and BACKTRACE_END.search(body):
             inside = False
-        elif inside and logscan.FAILURE.search(line) and not line.startswith("Call Trace:"):
+        elif inside and logscan.FAILURE.search(body) and not body.startswith("Call Trace:"):
             inside = False
             out.append(line)
         elif not inside:

@@ -106,7 +106,7 @@ def test_ukl_cc_is_a_drop_in_gcc_for_real_build_steps(tmp_path):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["-c", "x.cpp"], "x.cpp: C++ is not supported for UKL applications yet"),
+    (["-c", "x.f90"], "x.f90: 'f95' is not supported for UKL applications"),
     (["-o", "p", "p.c", "missing.o"], "missing.o: No such file or directory"),
     (["-o", "p", "p.c", "notanobject.o"], "notanobject.o: not an ELF object"),
     (["-o", "p", "p.c", "/usr/lib/x86_64-linux-gnu/libz.so"], "a shared library cannot be linked"),
@@ -114,7 +114,7 @@ def test_ukl_cc_is_a_drop_in_gcc_for_real_build_steps(tmp_path):
 ])
 def test_ukl_cc_refusals_are_one_clear_line(tmp_path, args, message):
     (tmp_path / "p.c").write_text("int main(void) { return 0; }\n")
-    (tmp_path / "x.cpp").write_text("int main() { return 0; }\n")
+    (tmp_path / "x.f90").write_text("end\n")
     (tmp_path / "notanobject.o").write_text("not an object\n")
     res = ukl_cc(*args, cwd=tmp_path)
     assert res.returncode != 0 and message in res.stderr, res.stderr

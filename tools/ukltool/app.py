@@ -12,7 +12,7 @@ from elftools.elf.sections import SymbolTableSection
 from ukltool import flags, libc, redzone
 from ukltool.errors import UklError
 from ukltool.paths import GUEST_DIR, KERNEL_DIR, cache_dir
-from ukltool.proc import host_cc, run
+from ukltool.proc import host_cc, host_cxx, run
 
 
 def check_sources(sources: list[Path]) -> list[Path]:
@@ -23,12 +23,21 @@ def check_sources(sources: list[Path]) -> list[Path]:
         if s.is_dir():
             raise UklError(f"{s} is a directory; directories with a Makefile are not supported yet",
                            "name the C files instead")
-        if s.suffix != ".c":
-            raise UklError(f"{s} is not a C file (.c)", "name one or more C files")
+        if s.suffix != ".c" and s.suffix not in CXX_SUFFIXES:
+            raise UklError(f"{s} is neither a C file (.c) nor a C++ file ({', '.join(CXX_SUFFIXES)})",
+                           "name C or C++ files, or a directory with a build system")
         out.append(s.resolve())
     if not out:
         raise UklError("no source files given", "usage: ukl build SOURCE.c... [--config NAME]")
     return out
+
+
+CXX_SUFFIXES = (".cc", ".cpp", ".cxx", ".C")
+
+
+def is_cxx(sources: list[Path]) -> bool:
+    """A program with C++ sources is compiled and linked as g++ does."""
+    return any(s.suffix in CXX_SUFFIXES for s in sources)
 
 
 def default_name(sources: list[Path]) -> str:
@@ -40,7 +49,7 @@ def build_static(sources: list[Path], out: Path, freestanding: bool = False,
                  extra: list[str] | None = None) -> None:
     """An ordinary static binary (the `linux` baseline): against the host's
     glibc, or without any C library."""
-    cc = host_cc()
+    cc = host_cxx() if is_cxx(sources) else host_cc()
     cflags = [*flags.CFLAGS, *flags.FREESTANDING] if freestanding else flags.LIBC_CFLAGS
     run([cc, *cflags, *(extra or []), "-static", "-o", out, *sources, *([] if freestanding else flags.LIBS)],
         what=f"compiling {', '.join(s.name for s in sources)}")
@@ -63,7 +72,7 @@ UKL_PREFIX = "ukl_"
 # Defined by the kernel's linker script for the application (vmlinux.lds.S)
 LINKER_SYMBOLS = {"__rela_iplt_start", "__rela_iplt_end"}
 # Defined by the final (kernel) link itself: they keep their names.
-KEEP_NAMES = {"_GLOBAL_OFFSET_TABLE_"}
+KEEP_NAMES = {"_GLOBAL_OFFSET_TABLE_", "__tls_get_addr"}
 
 
 def _symbols(obj: Path) -> tuple[set[str], set[str], set[str]]:
@@ -114,8 +123,9 @@ def build_ukl_object(sources: list[Path], out: Path, workdir: Path, extra: list[
 
 
 def build_libc_object(sources: list[Path], out: Path, workdir: Path, extra: list[str] | None = None) -> None:
-    """Compile C files against our glibc port (as ukl-cc does) and pre-link them."""
-    gcc = host_cc()
+    """Compile C or C++ files against our glibc port (as ukl-cc and ukl-c++
+    do) and pre-link them (with Debian's libstdc++ for C++)."""
+    gcc = host_cxx() if is_cxx(sources) else host_cc()
     lc = libc.build()
     objs = []
     for i, src in enumerate(sources):
@@ -123,7 +133,7 @@ def build_libc_object(sources: list[Path], out: Path, workdir: Path, extra: list
         run([gcc, *flags.ring0([]), *flags.LIBC_CFLAGS, *(extra or []), "-c", "-o", obj, src],
             what=f"compiling {src.name} for UKL")
         objs.append(obj)
-    link_ukl(objs, [lc.library("m")], out, workdir, lc)
+    link_ukl(objs, [*([cxx_runtime()] if is_cxx(sources) else []), lc.library("m")], out, workdir, lc)
 
 
 def link_ukl(objs: list[Path], archives: list[Path], out: Path, workdir: Path, lc: libc.Libc | None) -> None:
@@ -147,10 +157,17 @@ def link_ukl(objs: list[Path], archives: list[Path], out: Path, workdir: Path, l
         cmd = [*before, *objs, *lc.support_objects(), "--start-group", *archives, lc.library("m"),
                lc.library("c"), libgcc(), libgcc("eh"), "--end-group", *after]
     combined = workdir / "combined.o"
-    run(["ld", "-r", "-d", "-T", script, "-o", combined, *cmd],
+    # --force-group-allocation: C++'s COMDAT groups (inline functions,
+    # template instances, their guard variables) are merged as a final
+    # link would, into the .ukl.* sections, not left for the kernel link
+    run(["ld", "-r", "-d", "--force-group-allocation", "-T", script, "-o", combined, *cmd],
         what="pre-linking the application")
     run(["ld", "-r", "-T", KERNEL_DIR / "ukl-eh-frame.lds", "-o", prelinked, combined],
         what="placing the application's unwind tables")
+    stray = outside_ukl_sections(prelinked)
+    if stray:
+        raise UklError("the pre-linked application has sections that kernel/ukl-app.lds does not place: "
+                       + ", ".join(stray[:10]), "add them to kernel/ukl-app.lds")
     dis = run(["objdump", "-d", "--no-show-raw-insn", "-M", "att", prelinked], what="disassembling the application")
     bad = [f"{prelinked.name}: {f}" for f in redzone.code_offenders(dis)]
     if bad:
@@ -182,6 +199,14 @@ def link_ukl(objs: list[Path], archives: list[Path], out: Path, workdir: Path, l
         what="resolving the application's kernel references")
 
 
+def outside_ukl_sections(obj: Path) -> list[str]:
+    """Allocated sections of the pre-linked OBJ outside the .ukl.* sections
+    that vmlinux.lds.S places in the application's region."""
+    with open(obj, "rb") as fh:
+        return [sec.name for sec in ELFFile(fh).iter_sections()
+                if sec["sh_flags"] & 2 and not sec.name.startswith(".ukl.")]  # SHF_ALLOC
+
+
 def named_sections(objs: list[Path]) -> list[str]:
     """Sections of the application's objects whose names are C identifiers:
     programs find them through __start_NAME and __stop_NAME."""
@@ -203,6 +228,15 @@ def app_script(objs: list[Path]) -> str:
     block = "".join(f"\t\t__start_{n} = .;\n\t\tKEEP(*({n}))\n\t\t__stop_{n} = .;\n"
                     for n in named_sections(objs))
     return text.replace(marker, block)
+
+
+def cxx_runtime() -> Path:
+    """Debian's static libstdc++, which g++ links into every C++ program:
+    position-independent (as all of Debian's code is), so it links at the
+    kernel's addresses; its code is checked for red-zone use like the rest,
+    and the kernel link relaxes its dynamic TLS accesses to the static
+    model (__tls_get_addr keeps its name for that)."""
+    return Path(run([host_cxx(), "-print-file-name=libstdc++.a"], what="g++ -print-file-name=libstdc++.a").strip())
 
 
 def libgcc(part: str = "") -> Path:

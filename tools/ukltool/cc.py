@@ -1,5 +1,9 @@
-"""ukl-cc: a drop-in C compiler driver for UKL applications (in the spirit
-of musl-gcc): `CC=ukl-cc make`, `CC=ukl-cc ./configure && make`.
+"""ukl-cc and ukl-c++: drop-in C and C++ compiler drivers for UKL
+applications (in the spirit of musl-gcc): `CC=ukl-cc CXX=ukl-c++ make`,
+`./configure CC=ukl-cc CXX=ukl-c++ && make`. ukl-cc is gcc, ukl-c++ is g++
+(which also links libstdc++: Debian's static, position-independent
+libstdc++.a, whose code is checked like the rest, and whose dynamic TLS
+accesses the kernel link relaxes to the static model).
 
 Target `base` (the default; UKL_TARGET=base):
 * compiling (-c, -S, -E) is gcc with the flags of code that runs in the
@@ -28,9 +32,10 @@ from pathlib import Path
 
 from ukltool import app, flags, gccargs, libc, ui
 from ukltool.errors import UklError
-from ukltool.proc import capture, host_cc, passthrough, run
+from ukltool.proc import capture, host_cc, host_cxx, passthrough, run
 
 TARGETS = ("base", "linux")
+DRIVERS = ("cc", "c++")
 SECTION = ".ukl_app"
 HOST_ENTRY = libc.LIBC_DIR / "host-entry.s"
 ELF_MAGIC = b"\x7fELF"
@@ -49,13 +54,16 @@ def _log_program(output: str) -> None:
             fh.write(str(Path(output).resolve()) + "\n")
 
 
+def compiler(driver: str) -> str:
+    return host_cxx() if driver == "c++" else host_cc()
+
+
 def refusal(cmd: gccargs.Command) -> UklError | None:
     """Why CMD cannot be built for the kernel image, if it cannot."""
     for inp in cmd.inputs:
-        if inp.kind == "source" and inp.lang not in gccargs.C_LANGS:
-            what = "C++" if inp.lang.startswith("c++") else f"'{inp.lang}'"
-            return UklError(f"{inp.value}: {what} is not supported for UKL applications yet",
-                            "UKL applications are C (and assembly); build C++ programs with UKL_TARGET=linux")
+        if inp.kind == "source" and inp.lang not in (*gccargs.C_LANGS, *gccargs.CXX_LANGS):
+            return UklError(f"{inp.value}: '{inp.lang}' is not supported for UKL applications",
+                            "UKL applications are C, C++ and assembly")
     if cmd.mode == "shared":
         return UklError("shared libraries cannot be linked into the kernel image",
                         "build a static archive instead (ar rcs libX.a ...)")
@@ -98,9 +106,9 @@ def _check_file(path: str, magic: bytes, what: str) -> Path:
     return p
 
 
-def link_base(cmd: gccargs.Command) -> int:
+def link_base(cmd: gccargs.Command, driver: str = "cc") -> int:
     if not cmd.inputs or not any(i.kind != "lib" for i in cmd.inputs):
-        raise UklError("no input files", "usage: ukl-cc [options] FILE... [-o OUTPUT]")
+        raise UklError("no input files", f"usage: ukl-{driver} [options] FILE... [-o OUTPUT]")
     output = cmd.output or "a.out"
     lc = libc.build()
     with tempfile.TemporaryDirectory(prefix="ukl-cc-") as td:
@@ -109,7 +117,7 @@ def link_base(cmd: gccargs.Command) -> int:
         for n, src in enumerate(cmd.sources):
             obj = work / f"{n}-{Path(src.value).stem}.o"
             opts = flags.without_pipe(cmd.compile_options)
-            rc = passthrough([host_cc(), *compile_flags(opts), *opts,
+            rc = passthrough([compiler(driver), *compile_flags(opts), *opts,
                         "-x", src.lang, src.value, "-x", "none", "-c", "-o", str(obj)])
             if rc:
                 return rc
@@ -127,12 +135,14 @@ def link_base(cmd: gccargs.Command) -> int:
                 p = find_archive(inp.value, cmd.libdirs, lc)
                 if p not in archives:
                     archives.append(p)
+        if driver == "c++" and "-nostdlib++" not in cmd.args and "-nostdlib" not in cmd.args:
+            archives.append(app.cxx_runtime())
         obj = work / "app.ukl.o"
         app.link_ukl(objects, archives, obj, work, lc)
         # The host-runnable twin: the same command line, each source
         # replaced in place by its object, against the host's static glibc.
         host_out = work / "host.out"
-        if passthrough([host_cc(), "-static", "-no-pie", str(HOST_ENTRY), *cmd.link_args(compiled),
+        if passthrough([compiler(driver), "-static", "-no-pie", str(HOST_ENTRY), *cmd.link_args(compiled),
                         "-o", str(host_out)]):
             raise UklError("linking the host-runnable twin failed (see above)",
                            "the UKL object links, but the same objects do not link as a static program")
@@ -158,6 +168,12 @@ def extract(program: Path, out: Path) -> None:
 
 def main(argv: list[str]) -> int:
     target = os.environ.get("UKL_TARGET", "base")
+    driver = "cc"
+    if argv and argv[0].startswith("--ukl-driver="):
+        driver = argv.pop(0).split("=", 1)[1]
+        if driver not in DRIVERS:
+            ui.err.print(f"ukl-cc: error: unknown driver '{driver}': choose cc or c++", markup=False)
+            return 2
     if argv and argv[0].startswith("--ukl-target="):
         target = argv.pop(0).split("=", 1)[1]
     if target not in TARGETS:
@@ -168,12 +184,13 @@ def main(argv: list[str]) -> int:
         return 0 if argv else 2
     try:
         cmd = gccargs.parse(argv)
+        cc = compiler(driver)
         if cmd.mode == "query":
-            return passthrough([host_cc(), *cmd.args])
+            return passthrough([cc, *cmd.args])
         if target == "linux":
             if cmd.mode != "link":
-                return passthrough([host_cc(), *cmd.args])
-            rc = passthrough([host_cc(), "-static", *cmd.args])
+                return passthrough([cc, *cmd.args])
+            rc = passthrough([cc, "-static", *cmd.args])
             if rc == 0:
                 _log_program(cmd.output or "a.out")
             return rc
@@ -182,10 +199,10 @@ def main(argv: list[str]) -> int:
             raise bad
         if cmd.mode != "link":
             args = flags.without_pipe(cmd.args)
-            return passthrough([host_cc(), *compile_flags(args), *args])
-        return link_base(cmd)
+            return passthrough([cc, *compile_flags(args), *args])
+        return link_base(cmd, driver)
     except UklError as e:
-        ui.err.print(f"ukl-cc: error: {e.message}", markup=False)
+        ui.err.print(f"ukl-{driver}: error: {e.message}", markup=False)
         if e.hint:
             ui.err.print(f"  hint: {e.hint}", markup=False)
         return e.code

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import signal
@@ -15,7 +16,22 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from ukltool import bench, glibctests, image, initramfs, kernel, libc, lock, project, recipes, sources, ui, vm
+from ukltool import (
+    appbench,
+    apptest,
+    bench,
+    glibctests,
+    image,
+    initramfs,
+    kernel,
+    libc,
+    lock,
+    project,
+    recipes,
+    sources,
+    ui,
+    vm,
+)
 from ukltool import flags as ukl_flags
 from ukltool import series as series_mod
 from ukltool.errors import UklError
@@ -198,6 +214,31 @@ def parser() -> argparse.ArgumentParser:
                     help="do not run: report the results saved in FILE (by --json)")
     sc.set_defaults(func=cmd_bench)
 
+    for name in [*appbench.names(), "apps"]:
+        what = "every application with a [bench] recipe section" if name == "apps" else f"the {name} recipe"
+        ap = bs.add_parser(name, help=f"application benchmark: {what}",
+                           description=f"Build and boot {what} under each configuration and load it from "
+                           "inside the guest (bench/appload.c): the application's CPU time per request.")
+        ap.add_argument("--configs", default="linux,base", help="comma-separated (default linux,base)")
+        ap.add_argument("--icount", action="store_true",
+                        help="deterministic: the unit is guest instructions (-icount shift=0,sleep=off)")
+        ap.add_argument("--requests", type=int, metavar="N", help="requests per load (default: the recipe's)")
+        ap.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
+        ap.add_argument("--markdown", type=Path, metavar="FILE.md", help="write the report as Markdown")
+        ap.add_argument("--timeout", type=_positive, default=1800.0, metavar="S", help="per boot (default 1800)")
+        ap.set_defaults(func=cmd_bench_app, app=name)
+
+    at = sub.add_parser("apptest", help="run an application's own test suite against it in the guest",
+                        description="Build the recipe's image, start the application in the guest with a "
+                        "forwarded port, and run the application's own test suite on the host against it "
+                        "(the recipe's [tests]: for redis, ./runtest --host --port).")
+    at.add_argument("name", metavar="NAME", help="a recipe with a [tests] section (redis)")
+    at.add_argument("--configs", default="linux,base", help="comma-separated (default linux,base)")
+    at.add_argument("--all", action="store_true", help="the whole suite, not the recipe's units")
+    at.add_argument("--timeout", type=_positive, default=3600.0, metavar="S", help="per configuration")
+    at.add_argument("--json", type=Path, metavar="FILE", help="write the counts as JSON")
+    at.set_defaults(func=cmd_apptest)
+
     sub.add_parser("sources", help="install, verify and unpack the pinned Linux and glibc sources").set_defaults(
         func=cmd_sources)
     sub.add_parser("configs", help="list kernel configurations").set_defaults(
@@ -249,9 +290,14 @@ def cmd_build(a: argparse.Namespace) -> int:
         if a.freestanding or a.cflags or a.build_system != "auto":
             raise UklError(f"'{recipe}' is a recipe: --freestanding, --cflags and --build-system do not apply",
                            f"its build is described in apps/{recipe}/recipe.toml")
+        if r.build.library:
+            raise UklError(f"'{recipe}' is a library recipe: it is built as a dependency of an application",
+                           "build an application that depends on it: " +
+                           (", ".join(n for n in recipes.names() if recipe in recipes.load(n).depends) or "none"))
+        kernel.fragments(a.config)  # validates the name before any work
         recipes.check_host_packages(r)
         tree = recipes.fetch(r)
-        opts = r.build
+        opts = recipes.options(r, "base" if kernel.is_ukl(a.config) else "linux")
         opts.configure_args = [*opts.configure_args, *a.configure_args]
         opts.make_args = [*opts.make_args, *a.make_args]
         spec = image.BuildSpec([tree], a.config, a.output, opts.program, userspace=True,
@@ -323,6 +369,43 @@ def cmd_bench(a: argparse.Namespace) -> int:
     if a.markdown:
         a.markdown.write_text(bench.markdown(report, a.plot))
     return 0
+
+
+def cmd_bench_app(a: argparse.Namespace) -> int:
+    configs = [c.strip() for c in a.configs.split(",") if c.strip()]
+    for c in configs:
+        kernel.fragments(c)  # unknown names fail before any work
+    if a.requests is not None and a.requests <= 0:
+        raise UklError(f"--requests {a.requests}: must be positive", "give a number of requests")
+    reports = [appbench.run_app(n, configs, a.icount, a.requests, a.timeout)
+               for n in (appbench.names() if a.app == "apps" else [a.app])]
+    for rep in reports:
+        ui.Console().print(appbench.table(rep))
+    if a.json:
+        appbench.save_json(reports, a.json)
+    if a.markdown:
+        a.markdown.write_text(appbench.markdown(reports))
+    return 0
+
+
+def cmd_apptest(a: argparse.Namespace) -> int:
+    configs = [c.strip() for c in a.configs.split(",") if c.strip()]
+    for c in configs:
+        kernel.fragments(c)  # unknown names fail before any work
+    outcomes = [apptest.run(a.name, c, a.all, a.timeout) for c in configs]
+    verdicts = list(outcomes[0].counts) if outcomes else []
+    table = Table("configuration", *verdicts, "finished", title=f"{a.name}'s own tests against the application")
+    for o in outcomes:
+        table.add_row(o.config, *(str(o.counts[v]) for v in verdicts), "yes" if o.finished else "no")
+    ui.Console().print(table)
+    for o in outcomes:
+        for line in o.failed:
+            ui.warn(f"{o.config}: {line}")
+    if a.json:
+        a.json.write_text(json.dumps([{"config": o.config, "counts": o.counts, "failed": o.failed,
+                                       "finished": o.finished, "log": str(o.log)} for o in outcomes],
+                                     indent=1) + "\n")
+    return 0 if all(o.finished for o in outcomes) else 1
 
 
 def cmd_libc_tests(a: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ LANG_BY_SUFFIX = {
     ".ads": "ada", ".adb": "ada",
 }
 C_LANGS = ("c", "cpp-output", "c-header", "assembler", "assembler-with-cpp")
+CXX_LANGS = ("c++", "c++-cpp-output", "c++-header")
 
 # Options whose value is the next argument when given alone
 SEPARATE = {

@@ -132,6 +132,9 @@ def _from_project(spec: BuildSpec, ukl: bool, work: Path, tmp: Path) -> Program:
         opts.program = spec.name
     res = project.build(project_dir, "base" if ukl else "linux", opts)
     prog = res.program
+    if prog is None:
+        raise UklError(f"{project_dir.name} is built as a library: it has no application",
+                       "build an application that uses it")
     if not ukl:
         return Program(prog.name, executable=prog, log=res.log)
     obj = tmp / f"{prog.name}.ukl.o"

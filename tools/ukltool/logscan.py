@@ -1,4 +1,10 @@
-"""Recognising kernel failures in a console log."""
+"""Recognising kernel failures in a console log.
+
+The console carries the application's output too, so only the kernel's
+own messages count: `ukl run` boots with printk.time=1, and a kernel
+message is what follows a "[  seconds.micros] " stamp (anywhere in a
+line: a message may start after an application's unfinished line). An
+application that prints "WARNING: ..." is not a kernel failure."""
 
 from __future__ import annotations
 
@@ -14,13 +20,21 @@ FAILURE = re.compile(
     r"INFO: task .* blocked|UBSAN:")
 
 
+STAMP = re.compile(r"\[\s*\d+\.\d{6}\] ")
+
+
+def is_failure(line: str) -> bool:
+    """Does LINE hold a kernel message (text after a stamp) that reports a failure?"""
+    return any(FAILURE.search(message) for message in STAMP.split(line)[1:])
+
+
 def failure_lines(log: str, context: int = 0) -> list[str]:
     """Lines (with `context` following lines) that show a kernel failure."""
     lines = log.splitlines()
     picked: list[str] = []
     seen: set[int] = set()
     for i, line in enumerate(lines):
-        if FAILURE.search(line):
+        if is_failure(line):
             for j in range(i, min(len(lines), i + 1 + context)):
                 if j not in seen:
                     seen.add(j)

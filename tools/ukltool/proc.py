@@ -24,6 +24,11 @@ def host_cc() -> str:
     return os.environ.get("UKL_HOST_CC") or need_tool("gcc", "gcc")
 
 
+def host_cxx() -> str:
+    """The host's C++ compiler: $UKL_HOST_CXX, else g++."""
+    return os.environ.get("UKL_HOST_CXX") or need_tool("g++", "g++")
+
+
 def passthrough(cmd: Sequence[str | Path]) -> int:
     """Run a command with our standard streams; its exit status."""
     try:

@@ -24,6 +24,7 @@ from ukltool.paths import REPO, cache_dir
 from ukltool.proc import need_tool, stream
 
 UKL_CC = REPO / "ukl-cc"
+UKL_CXX = REPO / "ukl-c++"
 SYSTEMS = ("auto", "autoconf", "configure", "cmake", "make")
 PROGRAM_NAME = re.compile(r"[A-Za-z0-9_.+-]+")
 
@@ -37,12 +38,13 @@ class Options:
     make_targets: list[str] = field(default_factory=list)
     program: str | None = None        # the application among the programs linked
     subdir: str = ""                  # where the build system is, inside the tree
+    library: bool = False             # installs a library (make_targets install it), links no application
 
 
 @dataclass
 class Result:
-    program: Path      # the linked program (carries the UKL object for base)
-    log: Path          # the build's full log
+    program: Path | None  # the linked program (carries the UKL object for base); None for a library
+    log: Path             # the build's full log
 
 
 def detect(tree: Path) -> str:
@@ -73,11 +75,11 @@ def _mirror(src: Path, tree: Path) -> None:
 
 
 def _progress(st: ui.Step):
-    src_file = re.compile(r"\s(\S+\.(?:c|S|s))(?:\s|$)")
+    src_file = re.compile(r"\s(\S+\.(?:c|cc|cpp|cxx|S|s))(?:\s|$)")
 
     def on_line(line: str) -> None:
         m = src_file.search(line)
-        if m and ("ukl-cc" in line or line.lstrip().startswith(("CC", "cc", "gcc"))):
+        if m and ("ukl-c" in line or line.lstrip().startswith(("CC", "CXX", "cc", "gcc", "g++", "c++"))):
             st.update(m.group(1).rsplit("/", 1)[-1])
         elif line.startswith(("checking ", "-- ")):
             st.update(line[:70])
@@ -86,16 +88,17 @@ def _progress(st: ui.Step):
 
 def _commands(system: str, opts: Options, jobs: str) -> tuple[list[list[str]], list[str]]:
     """(configure steps, the make command) for SYSTEM."""
-    cc = str(UKL_CC)
-    make = ["make", f"-j{jobs}", f"CC={cc}", *opts.make_args, *opts.make_targets]
+    cc, cxx = str(UKL_CC), str(UKL_CXX)
+    make = ["make", f"-j{jobs}", f"CC={cc}", f"CXX={cxx}", *opts.make_args, *opts.make_targets]
     if system == "autoconf":
-        return [["sh", "./configure", f"CC={cc}", *opts.configure_args]], make
+        return [["sh", "./configure", f"CC={cc}", f"CXX={cxx}", *opts.configure_args]], make
     if system == "configure":  # a hand-written script (nginx's): CC from the environment only
         return [["sh", "./configure", *opts.configure_args]], ["make", f"-j{jobs}", *opts.make_args,
                                                                 *opts.make_targets]
     if system == "cmake":
         cmake = need_tool("cmake", "cmake")
-        return ([[cmake, "-S", ".", "-B", "ukl-cmake", f"-DCMAKE_C_COMPILER={cc}", "-DCMAKE_BUILD_TYPE=Release",
+        return ([[cmake, "-S", ".", "-B", "ukl-cmake", f"-DCMAKE_C_COMPILER={cc}",
+                  f"-DCMAKE_CXX_COMPILER={cxx}", "-DCMAKE_BUILD_TYPE=Release",
                   *opts.configure_args]],
                 [cmake, "--build", "ukl-cmake", "-j", jobs, *(["--target", *opts.make_targets]
                                                               if opts.make_targets else [])])
@@ -121,7 +124,7 @@ def build(src: Path, target: str, opts: Options) -> Result:
         _mirror(src, tree)
         work = tree / opts.subdir
         configure, make = _commands(system, opts, jobs)
-        env = dict(os.environ, UKL_TARGET=target, UKL_CC_LOG=str(programs), CC=str(UKL_CC))
+        env = dict(os.environ, UKL_TARGET=target, UKL_CC_LOG=str(programs), CC=str(UKL_CC), CXX=str(UKL_CXX))
         stamp = bdir / "configured"
         want = json.dumps(configure)  # the configure steps, arguments included
         log.write_text("")
@@ -132,6 +135,8 @@ def build(src: Path, target: str, opts: Options) -> Result:
                     _logged(cmd, work, env, log, st, f"configuring {src.name}")
                 stamp.write_text(want)
             _logged(make, work, env, log, st, f"building {src.name}")
+    if opts.library:
+        return Result(None, log)
     return Result(_choose(programs, opts.program, log), log)
 
 

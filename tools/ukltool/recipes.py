@@ -7,6 +7,7 @@ builds it unmodified with ukl-cc, and writes an ordinary build result."""
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import tomllib
 from dataclasses import dataclass, field
@@ -37,6 +38,34 @@ class Smoke:
 
 
 @dataclass
+class Bench:
+    """How `ukl bench NAME` loads the application (bench/appload.c)."""
+    protocol: str                   # redis, memcache, http; or run (to completion)
+    args: list[str]                 # the server's (or the run's) arguments
+    port: int = 0
+    comm: str = ""                  # the server's process name (its CPU time is measured)
+    ops: list[str] = field(default_factory=lambda: ["get"])
+    conns: list[int] = field(default_factory=lambda: [1])
+    pipelines: list[int] = field(default_factory=lambda: [1])
+    requests: int = 10000
+
+
+BENCH_PROTOCOLS = ("redis", "memcache", "http", "run")
+
+
+@dataclass
+class Tests:
+    """The application's own test suite, run on the host (`ukl apptest`)."""
+    command: list[str]              # in the source tree; {port} is the forwarded port
+    port: int                       # the server's port in the guest
+    verdicts: dict[str, str]        # verdict -> regular expression of a test's result line
+    finished: str                   # a line the suite prints when it ran to its end
+    server_args: list[str] = field(default_factory=list)
+    units: list[str] = field(default_factory=list)   # what CI runs; --all: everything
+    unit_option: str = "--single"
+
+
+@dataclass
 class Recipe:
     name: str
     description: str
@@ -47,6 +76,14 @@ class Recipe:
     args: list[str] = field(default_factory=list)             # default arguments of `ukl run`
     forwards: list[tuple[int, int]] = field(default_factory=list)
     smoke: Smoke | None = None
+    depends: list[str] = field(default_factory=list)          # library recipes built and installed first
+    bench: Bench | None = None
+    tests: Tests | None = None
+
+
+# In configure and make arguments: {prefix} is where a library recipe
+# installs, {prefix:NAME} where its dependency NAME is installed.
+PLACEHOLDER = re.compile(r"\{prefix(?::([^}]*))?\}")
 
 
 def names() -> list[str]:
@@ -85,13 +122,24 @@ def load(name: str) -> Recipe:
     _done(src, f"{where} [source]")
     b = _take(data, "build", dict, where)
     w = f"{where} [build]"
+    library = _take(b, "library", bool, w, False)
     opts = project.Options(system=_take(b, "system", str, w, "auto"),
                            configure_args=_take(b, "configure_args", list, w, []),
                            make_args=_take(b, "make_args", list, w, []),
                            make_targets=_take(b, "make_targets", list, w, []),
-                           program=_take(b, "program", str, w), subdir=_take(b, "subdir", str, w, ""))
+                           program=None if library else _take(b, "program", str, w),
+                           subdir=_take(b, "subdir", str, w, ""), library=library)
     host_packages = _take(b, "host_packages", list, w, [])
+    depends = [str(d) for d in _take(b, "depends", list, w, [])]
     _done(b, w)
+    for arg in [*opts.configure_args, *opts.make_args]:
+        for m in PLACEHOLDER.finditer(arg):
+            if m.group(1) is None and not library:
+                raise UklError(f"{w}: '{arg}': {{prefix}} is for library recipes",
+                               "name a dependency's prefix as {prefix:NAME}")
+            if m.group(1) is not None and m.group(1) not in depends:
+                raise UklError(f"{w}: '{arg}' names '{m.group(1)}', which is not in depends",
+                               f"add it to depends, or use one of: {', '.join(depends) or 'none'}")
     img = _take(data, "image", dict, where, {})
     w = f"{where} [image]"
     files = []
@@ -112,10 +160,45 @@ def load(name: str) -> Recipe:
         smoke = Smoke(_take(s, "sh", str, w), [str(x) for x in _take(s, "expect", list, w)],
                       float(_take(s, "timeout", int, w, 300)))
         _done(s, w)
+    bench = None
+    if "bench" in data:
+        bd = _take(data, "bench", dict, where)
+        w = f"{where} [bench]"
+        bench = Bench(_take(bd, "protocol", str, w), [str(a) for a in _take(bd, "args", list, w, [])],
+                      _take(bd, "port", int, w, 0), _take(bd, "comm", str, w, ""),
+                      [str(o) for o in _take(bd, "ops", list, w, ["get"])],
+                      [int(c) for c in _take(bd, "conns", list, w, [1])],
+                      [int(p) for p in _take(bd, "pipelines", list, w, [1])], _take(bd, "requests", int, w, 10000))
+        _done(bd, w)
+        if bench.protocol not in BENCH_PROTOCOLS:
+            raise UklError(f"{w}: protocol '{bench.protocol}' is not one of {', '.join(BENCH_PROTOCOLS)}",
+                           "see apps/README.md")
+        if bench.protocol != "run" and not (0 < bench.port < 65536 and bench.comm):
+            raise UklError(f"{w}: a server needs a port and comm (its process name)", "see apps/README.md")
+        if bench.requests <= 0 or not all(0 < c <= 64 for c in bench.conns) or \
+                not all(0 < p <= 256 for p in bench.pipelines) or \
+                not all(o in ("get", "set") for o in bench.ops):
+            raise UklError(f"{w}: requests > 0, conns 1..64, pipelines 1..256, ops get or set",
+                           "see apps/README.md")
+    tests = None
+    if "tests" in data:
+        td = _take(data, "tests", dict, where)
+        w = f"{where} [tests]"
+        verdicts = _take(td, "verdicts", dict, w)
+        tests = Tests([str(a) for a in _take(td, "command", list, w)], _take(td, "port", int, w),
+                      {str(k): str(v) for k, v in verdicts.items()}, _take(td, "finished", str, w),
+                      [str(a) for a in _take(td, "server_args", list, w, [])],
+                      [str(u) for u in _take(td, "units", list, w, [])], _take(td, "unit_option", str, w, "--single"))
+        _done(td, w)
+        for v, pat in [*tests.verdicts.items(), ("finished", tests.finished)]:
+            try:
+                re.compile(pat)
+            except re.error as e:
+                raise UklError(f"{w}: '{v}' is not a regular expression: {e}", "fix the pattern") from None
     description = _take(data, "description", str, where)
     _done(data, where)
     return Recipe(name, description, source, opts, [str(p) for p in host_packages], files, args,
-                  forwards, smoke)
+                  forwards, smoke, depends, bench, tests)
 
 
 def _upstream_version(version: str) -> str:
@@ -190,3 +273,39 @@ def check_host_packages(r: Recipe) -> None:
     if missing:
         raise UklError(f"building {r.name} needs the host package(s) {', '.join(missing)}",
                        f"apt-get install {' '.join(missing)} (`make setup` installs what the recipes need)")
+
+
+def options(r: Recipe, target: str) -> project.Options:
+    """R's build options for TARGET (base or linux), with its dependencies
+    built and installed first, each into a prefix kept in its own build
+    directory, and the {prefix...} placeholders replaced."""
+    return _options(r, target, [r.name])
+
+
+def _options(r: Recipe, target: str, chain: list[str]) -> project.Options:
+    prefixes: dict[str | None, str] = {}
+    for dep in r.depends:
+        if dep in chain:
+            raise UklError(f"apps/{r.name}: the dependency '{dep}' depends on itself "
+                           f"({' -> '.join([*chain, dep])})", "break the cycle in the recipes' depends")
+        d = load(dep)
+        if not d.build.library:
+            raise UklError(f"apps/{r.name}: depends on '{dep}', which is not a library recipe",
+                           f"set library = true in apps/{dep}/recipe.toml, or drop the dependency")
+        check_host_packages(d)
+        tree = fetch(d)
+        project.build(tree, target, _options(d, target, [*chain, dep]))
+        prefixes[dep] = str(install_prefix(tree, target))
+    if r.build.library:
+        prefixes[None] = str(install_prefix(fetch(r), target))
+
+    def subst(arg: str) -> str:
+        return PLACEHOLDER.sub(lambda m: prefixes[m.group(1)], arg)
+    b = r.build
+    return project.Options(b.system, [subst(a) for a in b.configure_args], [subst(a) for a in b.make_args],
+                           list(b.make_targets), b.program, b.subdir, b.library)
+
+
+def install_prefix(tree: Path, target: str) -> Path:
+    """Where a library recipe built from TREE for TARGET installs."""
+    return project.build_dir_for(tree, target) / "prefix"

@@ -7,6 +7,7 @@ import ctypes
 import json
 import os
 import select
+import shlex
 import signal
 import subprocess
 import sys
@@ -133,7 +134,9 @@ def choose_accel(qemu: str, probe_kernel: Path, forced: str | None = None) -> st
 
 def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path, status_file: Path) -> list[str]:
     loglevel = "8" if spec.verbose else "5"
-    append = ["console=ttyS0", f"loglevel={loglevel}", "panic=-1", "oops=panic",
+    # printk.time=1: the kernel's messages carry a stamp, which tells them
+    # from the application's output on the same console (logscan)
+    append = ["console=ttyS0", f"loglevel={loglevel}", "printk.time=1", "panic=-1", "oops=panic",
               "nokaslr", "tsc=reliable", *spec.append]
     if spec.icount and "norandmaps" not in append:
         append.append("norandmaps")  # random layouts change instruction counts
@@ -149,6 +152,8 @@ def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path, status_file
         cmd += ["-accel", "tcg", "-cpu", "max"]
     if spec.icount:
         cmd += ["-icount", "shift=0,sleep=off"]
+    # Extra QEMU arguments for debugging (UKL_QEMU_ARGS="-s -S": gdb stub)
+    cmd += shlex.split(os.environ.get("UKL_QEMU_ARGS", ""))
     if spec.icount and not spec.forwards:
         # Packets from the host arrive at host-chosen moments: no network
         # device, so that deterministic runs stay deterministic.

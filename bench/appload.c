@@ -1,0 +1,357 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * appload: a small load generator run inside the guest, beside a server,
+ * for deterministic per-request costs (`ukl bench redis|memcached|nginx`).
+ *
+ *   appload PROTO PORT OP COMM REQUESTS CONNS PIPELINE
+ *   appload run PROGRAM [ARG...]
+ *
+ * PROTO is redis, memcache or http; OP is get or set (http: get only).
+ * It waits for the server, stores the key once, then sends REQUESTS
+ * requests over CONNS connections, PIPELINE at a time per connection,
+ * reading and checking every response. It prints one line:
+ *
+ *   APPLOAD proto op requests conns pipeline server_ns elapsed_ns
+ *
+ * server_ns is the CPU time over the load of the processes named COMM
+ * (all their threads; nginx's master and workers), read through
+ * clock_getcpuclockid(): under `-icount shift=0` a nanosecond is one guest
+ * instruction. elapsed_ns is CLOCK_MONOTONIC over the load (server, client
+ * and kernel).
+ *
+ * `appload run` runs PROGRAM to completion and prints
+ *
+ *   APPRUN cpu_ns elapsed_ns
+ *
+ * from its resource usage (exact: the scheduler's runtime) and the clock.
+ */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define VALUE "0123456789abcdef0123456789abcdef"	/* 32 bytes */
+
+struct conn {
+	int fd;
+	char buf[65536];
+	size_t len, pos;
+};
+
+static const char *proto, *op;
+
+static void die(const char *what)
+{
+	fprintf(stderr, "appload: %s: %s\n", what, strerror(errno));
+	exit(1);
+}
+
+static long long now_ns(clockid_t clk)
+{
+	struct timespec ts;
+
+	if (clock_gettime(clk, &ts))
+		die("clock_gettime");
+	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int connect_to(int port, int tries)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
+	int one = 1;
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	for (;;) {
+		int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+		if (fd < 0)
+			die("socket");
+		if (!connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+			return fd;
+		}
+		close(fd);
+		if (--tries <= 0)
+			die("connect");
+		usleep(100000);
+	}
+}
+
+static void send_all(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t w = write(fd, p, n);
+
+		if (w <= 0)
+			die("write");
+		p += w;
+		n -= w;
+	}
+}
+
+static int fill(struct conn *c)
+{
+	ssize_t r;
+
+	if (c->pos == c->len)
+		c->pos = c->len = 0;
+	if (c->len == sizeof(c->buf)) {
+		memmove(c->buf, c->buf + c->pos, c->len - c->pos);
+		c->len -= c->pos;
+		c->pos = 0;
+	}
+	r = read(c->fd, c->buf + c->len, sizeof(c->buf) - c->len);
+	if (r <= 0) {
+		fprintf(stderr, "appload: the server closed the connection\n");
+		exit(1);
+	}
+	c->len += r;
+	return 0;
+}
+
+/* One line, without its CRLF, into out (truncated at size) */
+static void read_line(struct conn *c, char *out, size_t size)
+{
+	size_t n = 0;
+
+	for (;;) {
+		char *nl;
+
+		while (c->pos == c->len)
+			fill(c);
+		nl = memchr(c->buf + c->pos, '\n', c->len - c->pos);
+		size_t take = nl ? (size_t)(nl - (c->buf + c->pos)) + 1 : c->len - c->pos;
+
+		for (size_t i = 0; i < take; i++)
+			if (n + 1 < size)
+				out[n++] = c->buf[c->pos + i];
+		c->pos += take;
+		if (nl)
+			break;
+	}
+	while (n && (out[n - 1] == '\n' || out[n - 1] == '\r'))
+		n--;
+	out[n] = 0;
+}
+
+static void skip(struct conn *c, size_t n)
+{
+	while (n) {
+		size_t take;
+
+		while (c->pos == c->len)
+			fill(c);
+		take = c->len - c->pos < n ? c->len - c->pos : n;
+		c->pos += take;
+		n -= take;
+	}
+}
+
+static void bad(const char *line)
+{
+	fprintf(stderr, "appload: unexpected %s response: '%s'\n", proto, line);
+	exit(1);
+}
+
+static void read_response(struct conn *c)
+{
+	char line[512];
+
+	read_line(c, line, sizeof(line));
+	if (!strcmp(proto, "redis")) {
+		if (line[0] == '$') {
+			long n = atol(line + 1);
+
+			if (n != (long)strlen(VALUE))
+				bad(line);
+			skip(c, n + 2);
+		} else if (strcmp(line, "+OK")) {
+			bad(line);
+		}
+	} else if (!strcmp(proto, "memcache")) {
+		if (!strcmp(op, "set")) {
+			if (strcmp(line, "STORED"))
+				bad(line);
+			return;
+		}
+		if (strncmp(line, "VALUE ", 6))
+			bad(line);
+		skip(c, strlen(VALUE) + 2);
+		read_line(c, line, sizeof(line));
+		if (strcmp(line, "END"))
+			bad(line);
+	} else {
+		long length = -1;
+
+		if (strncmp(line, "HTTP/1.1 200", 12))
+			bad(line);
+		for (;;) {
+			read_line(c, line, sizeof(line));
+			if (!line[0])
+				break;
+			if (!strncasecmp(line, "Content-Length:", 15))
+				length = atol(line + 15);
+		}
+		if (length < 0)
+			bad("(no Content-Length)");
+		skip(c, length);
+	}
+}
+
+static size_t request(char *out, size_t size, const char *what)
+{
+	if (!strcmp(proto, "redis"))
+		return !strcmp(what, "set") ?
+			snprintf(out, size, "*3\r\n$3\r\nSET\r\n$6\r\nukl:k1\r\n$%zu\r\n%s\r\n",
+				 strlen(VALUE), VALUE) :
+			snprintf(out, size, "*2\r\n$3\r\nGET\r\n$6\r\nukl:k1\r\n");
+	if (!strcmp(proto, "memcache"))
+		return !strcmp(what, "set") ?
+			snprintf(out, size, "set ukl:k1 0 0 %zu\r\n%s\r\n", strlen(VALUE), VALUE) :
+			snprintf(out, size, "get ukl:k1\r\n");
+	return snprintf(out, size, "GET /index.html HTTP/1.1\r\nHost: ukl\r\n\r\n");
+}
+
+/* The CPU clocks of every process whose name is comm */
+static int server_clocks(const char *comm, clockid_t *clocks, int max)
+{
+	DIR *proc = opendir("/proc");
+	struct dirent *d;
+	int n = 0;
+
+	if (!proc)
+		die("/proc");
+	while ((d = readdir(proc)) && n < max) {
+		char path[300], name[64] = "";
+		FILE *f;
+		pid_t pid = atoi(d->d_name);
+
+		if (pid <= 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/comm", pid);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(name, sizeof(name), f))
+			name[strcspn(name, "\n")] = 0;
+		fclose(f);
+		if (!strcmp(name, comm) && !clock_getcpuclockid(pid, &clocks[n]))
+			n++;
+	}
+	closedir(proc);
+	if (!n) {
+		fprintf(stderr, "appload: no process named %s\n", comm);
+		exit(1);
+	}
+	return n;
+}
+
+static long long cpu_ns(const clockid_t *clocks, int n)
+{
+	long long sum = 0;
+
+	for (int i = 0; i < n; i++)
+		sum += now_ns(clocks[i]);
+	return sum;
+}
+
+static int run(char **argv)
+{
+	long long t0 = now_ns(CLOCK_MONOTONIC), t1;
+	struct rusage ru;
+	int st;
+	pid_t pid = fork();
+
+	if (pid < 0)
+		die("fork");
+	if (pid == 0) {
+		execv(argv[0], argv);
+		die(argv[0]);
+	}
+	if (wait4(pid, &st, 0, &ru) != pid)
+		die("wait4");
+	t1 = now_ns(CLOCK_MONOTONIC);
+	if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+		fprintf(stderr, "appload: %s failed (wait status %#x)\n", argv[0], st);
+		return 1;
+	}
+	printf("APPRUN %lld %lld\n",
+	       (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000LL +
+	       (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000LL, t1 - t0);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static struct conn conns[64];
+	static clockid_t clocks[64];
+	char req[256], *batch;
+	long requests, done = 0;
+	int port, nconns, pipeline, nclocks;
+	size_t reqlen;
+	long long cpu0, t0;
+
+	if (argc > 2 && !strcmp(argv[1], "run"))
+		return run(argv + 2);
+	if (argc != 8) {
+		fprintf(stderr, "usage: appload redis|memcache|http PORT get|set COMM REQUESTS CONNS PIPELINE\n"
+			"       appload run PROGRAM [ARG...]\n");
+		return 2;
+	}
+	proto = argv[1];
+	port = atoi(argv[2]);
+	op = argv[3];
+	requests = atol(argv[5]);
+	nconns = atoi(argv[6]);
+	pipeline = atoi(argv[7]);
+	if ((strcmp(proto, "redis") && strcmp(proto, "memcache") && strcmp(proto, "http")) ||
+	    (strcmp(op, "get") && strcmp(op, "set")) || (!strcmp(proto, "http") && strcmp(op, "get")) ||
+	    requests <= 0 || nconns <= 0 || nconns > 64 || pipeline <= 0 || pipeline > 256) {
+		fprintf(stderr, "appload: bad arguments\n");
+		return 2;
+	}
+
+	for (int i = 0; i < nconns; i++)
+		conns[i].fd = connect_to(port, i ? 1 : 600);
+	if (strcmp(proto, "http")) {	/* the key the gets read */
+		reqlen = request(req, sizeof(req), "set");
+		send_all(conns[0].fd, req, reqlen);
+		read_response(&conns[0]);
+	}
+	nclocks = server_clocks(argv[4], clocks, 64);
+	reqlen = request(req, sizeof(req), op);
+	batch = malloc(reqlen * pipeline);
+	if (!batch)
+		die("malloc");
+	for (int i = 0; i < pipeline; i++)
+		memcpy(batch + i * reqlen, req, reqlen);
+
+	cpu0 = cpu_ns(clocks, nclocks);
+	t0 = now_ns(CLOCK_MONOTONIC);
+	while (done < requests) {
+		int n[64] = { 0 };
+
+		for (int i = 0; i < nconns && done < requests; i++) {
+			n[i] = requests - done < pipeline ? requests - done : pipeline;
+			send_all(conns[i].fd, batch, reqlen * n[i]);
+			done += n[i];
+		}
+		for (int i = 0; i < nconns; i++)
+			for (int k = 0; k < n[i]; k++)
+				read_response(&conns[i]);
+	}
+	printf("APPLOAD %s %s %ld %d %d %lld %lld\n", proto, op, requests, nconns, pipeline,
+	       cpu_ns(clocks, nclocks) - cpu0, now_ns(CLOCK_MONOTONIC) - t0);
+	for (int i = 0; i < nconns; i++)
+		close(conns[i].fd);
+	return 0;
+}

@@ -1,0 +1,151 @@
+"""`ukl apptest NAME`: an application's own test suite, run on the host in
+its source tree against the application running in the guest (a
+forwarded port), as Redis's `./runtest --host H --port P` does. What runs
+is the [tests] section of the recipe (apps/NAME/recipe.toml): the command,
+the units CI runs (`--all`: the whole suite), and how the suite reports
+each test."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ukltool import image, kernel, logscan, recipes, ui
+from ukltool.errors import UklError
+from ukltool.paths import REPO, cache_dir
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+READY_TIMEOUT = 600.0
+
+
+@dataclass
+class Outcome:
+    config: str
+    counts: dict[str, int] = field(default_factory=dict)   # verdict -> number of tests
+    failed: list[str] = field(default_factory=list)        # the failing tests' lines
+    log: Path = Path()
+    finished: bool = False                                  # the suite reached its end
+
+
+def count(lines: list[str], verdicts: dict[str, str]) -> tuple[dict[str, int], list[str]]:
+    """Tests per verdict (each verdict a regular expression on a line
+    without colour codes), and the lines of the failed ones (verdict err)."""
+    pats = {v: re.compile(p) for v, p in verdicts.items()}
+    counts = dict.fromkeys(verdicts, 0)
+    failed = []
+    for raw in lines:
+        line = ANSI.sub("", raw)
+        for v, pat in pats.items():
+            if pat.search(line):
+                counts[v] += 1
+                if v == "err":
+                    failed.append(line.strip())
+                break
+    return counts, failed
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_ready(port: int, vm_proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """Until the forwarded port answers (the guest's server accepted)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if vm_proc.poll() is not None:
+            raise UklError(f"the VM stopped before the server was ready (status {vm_proc.returncode})",
+                           "see its console log")
+        # QEMU accepts a forwarded connection at once and closes it when
+        # the guest refuses it: ready is a connection that stays open.
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+                s.settimeout(2)
+                if s.recv(1):
+                    return
+        except TimeoutError:
+            return
+        except OSError:
+            pass
+        time.sleep(1)
+    raise UklError(f"the server did not answer on port {port} within {timeout:.0f}s", "see the console log")
+
+
+def _suite(cmd: list[str], cwd: Path, log: Path, on_line: Callable[[str], None], timeout: float) -> int:
+    """Run the suite (its own process group, killed after TIMEOUT seconds),
+    all output to LOG; its exit status (negative: killed)."""
+    with open(log, "w") as fh:
+        p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             text=True, errors="replace", start_new_session=True)
+        timer = threading.Timer(timeout, lambda: os.killpg(p.pid, signal.SIGKILL))
+        timer.start()
+        try:
+            assert p.stdout is not None
+            for line in p.stdout:
+                fh.write(line)
+                on_line(line.rstrip("\n"))
+            return p.wait()
+        finally:
+            timer.cancel()
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+def run(name: str, config: str, run_all: bool, timeout: float) -> Outcome:
+    r = recipes.load(name)
+    t = r.tests
+    if t is None:
+        raise UklError(f"apps/{name}/recipe.toml has no [tests] section",
+                       "apptest suites: " + ", ".join(n for n in recipes.names() if recipes.load(n).tests))
+    kernel.fragments(config)
+    recipes.check_host_packages(r)
+    tree = recipes.fetch(r)
+    opts = recipes.options(r, "base" if kernel.is_ukl(config) else "linux")
+    out = cache_dir() / "apptest" / f"{name}-{config}"
+    image.build(image.BuildSpec([tree], config, out, opts.program, userspace=True, files=r.files,
+                                project_opts=opts, args=r.args, recipe=name))
+    port = free_port()
+    log = out / "suite.log"
+    outcome = Outcome(config, log=log)
+    cmd = [a.replace("{port}", str(port)) for a in t.command]
+    if not run_all:
+        for unit in t.units:
+            cmd += [t.unit_option, unit]
+    vm_cmd = [str(REPO / "ukl"), "run", str(out), "--forward", f"{port}:{t.port}", "--timeout", str(timeout + 600),
+              "--", *t.server_args]
+    with open(out / "vm.log", "w") as vm_log:
+        vm_proc = subprocess.Popen(vm_cmd, stdout=vm_log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        with ui.step(f"starting {name} under '{config}' (port {port})"):
+            wait_ready(port, vm_proc, READY_TIMEOUT)
+        with ui.step(f"{name}'s own tests against the server under '{config}'; log: {log}") as st:
+            lines: list[str] = []
+
+            def on_line(line: str) -> None:
+                lines.append(line)
+                clean = ANSI.sub("", line)
+                if clean.startswith("["):
+                    st.update(clean[:70])
+            rc = _suite(cmd, tree, log, on_line, timeout)
+            outcome.finished = rc == 0
+        outcome.counts, outcome.failed = count(lines, t.verdicts)
+        outcome.finished = outcome.finished and any(re.search(t.finished, ANSI.sub("", x)) for x in lines)
+    finally:
+        if vm_proc.poll() is None:
+            os.killpg(vm_proc.pid, signal.SIGTERM)
+        vm_proc.wait()
+    bad = logscan.failure_lines((out / "console.log").read_text(errors="replace"))
+    if bad:
+        raise UklError(f"the kernel reported failures while {name}'s tests ran: {bad[:3]}",
+                       f"see {out / 'console.log'}")
+    return outcome
