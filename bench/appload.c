@@ -47,7 +47,7 @@ struct conn {
 	size_t len, pos;
 };
 
-static const char *proto, *op;
+static const char *proto;
 
 static void die(const char *what)
 {
@@ -162,7 +162,7 @@ static void bad(const char *line)
 	exit(1);
 }
 
-static void read_response(struct conn *c)
+static void read_response(struct conn *c, const char *op)
 {
 	char line[512];
 
@@ -294,6 +294,7 @@ int main(int argc, char **argv)
 {
 	static struct conn conns[64];
 	static clockid_t clocks[64];
+	const char *op;
 	char req[256], *batch;
 	long requests, done = 0;
 	int port, nconns, pipeline, nclocks;
@@ -325,7 +326,7 @@ int main(int argc, char **argv)
 	if (strcmp(proto, "http")) {	/* the key the gets read */
 		reqlen = request(req, sizeof(req), "set");
 		send_all(conns[0].fd, req, reqlen);
-		read_response(&conns[0]);
+		read_response(&conns[0], "set");
 	}
 	nclocks = server_clocks(argv[4], clocks, 64);
 	reqlen = request(req, sizeof(req), op);
@@ -347,7 +348,7 @@ int main(int argc, char **argv)
 		}
 		for (int i = 0; i < nconns; i++)
 			for (int k = 0; k < n[i]; k++)
-				read_response(&conns[i]);
+				read_response(&conns[i], op);
 	}
 	printf("APPLOAD %s %s %ld %d %d %lld %lld\n", proto, op, requests, nconns, pipeline,
 	       cpu_ns(clocks, nclocks) - cpu0, now_ns(CLOCK_MONOTONIC) - t0);

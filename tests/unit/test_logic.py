@@ -312,3 +312,13 @@ def test_recipe_bench_sections_are_checked(tmp_path, monkeypatch):
         (tmp_path / "x" / "recipe.toml").write_text(good + "[bench]\n" + bench)
         with pytest.raises(UklError, match=message):
             recipes.load("x")
+
+
+def test_app_benchmark_runs_combine_to_medians_and_spread():
+    from ukltool import appbench
+    runs = [[appbench.Point("get", 1, 1, 100, v, 10 * v)] for v in (1000, 1100, 1050)]
+    merged, spread = appbench.combine(runs)
+    assert merged[0].server_ns == 1050 and merged[0].elapsed_ns == 10500
+    assert abs(spread["GET c=1 P=1"] - 100 / 1050) < 1e-9
+    with pytest.raises(UklError, match="different loads"):
+        appbench.combine([[appbench.Point("get", 1, 1, 100, 1, 1)], [appbench.Point("set", 1, 1, 100, 1, 1)]])

@@ -50,3 +50,37 @@ def test_a_library_recipe_is_built_only_as_a_dependency(outdir):
     res = ukl("build", "libevent", "--config", "base", "-o", outdir / "libevent")
     assert res.returncode == 2 and "library recipe" in res.stdout and "memcached" in res.stdout, res.stdout
     assert not (outdir / "libevent").exists()
+
+
+def test_application_benchmark_counts_instructions_per_request(outdir):
+    """`ukl bench redis --icount`: the server's guest instructions per request,
+    from the in-guest load generator, for both configurations (CI-sized)."""
+    import json
+    out = outdir / "bench-redis.json"
+    res = ukl("bench", "redis", "--configs", "linux,base", "--icount", "--requests", "300", "--json", out)
+    assert res.returncode == 0, res.stdout[-3000:]
+    (report,) = json.loads(out.read_text())
+    assert report["configs"] == ["linux", "base"] and report["icount"]
+    per = {c: {(p["op"], p["conns"], p["pipeline"]): p["instructions_per_request"] for p in pts}
+           for c, pts in report["results"].items()}
+    assert set(per["linux"]) == set(per["base"]) and len(per["base"]) == 8
+    for load, linux in per["linux"].items():
+        base = per["base"][load]
+        assert 1_000 < linux < 1_000_000 and 0.8 < base / linux < 1.2, (load, linux, base)
+    # pipelining amortizes the system calls: fewer instructions per request
+    assert per["base"][("get", 1, 16)] < per["base"][("get", 1, 1)] / 2
+
+
+def test_redis_own_tests_pass_against_the_ukl_server(outdir):
+    """Redis's own suite in external-server mode, from the host, against
+    redis-server in ring 0 and as an ordinary process (one unit here; the
+    recipe's units run with `ukl apptest redis`)."""
+    import json
+    out = outdir / "apptest-redis.json"
+    res = ukl("apptest", "redis", "--configs", "linux,base", "--unit", "unit/type/incr", "--json", out)
+    assert res.returncode == 0, res.stdout[-3000:]
+    got = {o["config"]: o for o in json.loads(out.read_text())}
+    for config in ("linux", "base"):
+        assert got[config]["finished"] and got[config]["counts"]["err"] == 0, got[config]
+        assert got[config]["counts"]["ok"] >= 20, got[config]
+    assert got["base"]["counts"] == got["linux"]["counts"]

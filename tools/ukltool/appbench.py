@@ -16,6 +16,7 @@ import hashlib
 import json
 import re
 import shlex
+import statistics
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -59,7 +60,9 @@ class AppReport:
     machine: str
     configs: list[str]
     kernels: dict[str, str] = field(default_factory=dict)
-    results: dict[str, list[Point]] = field(default_factory=dict)
+    results: dict[str, list[Point]] = field(default_factory=dict)   # the median of the runs
+    runs: int = 1
+    spread: dict[str, dict[str, float]] = field(default_factory=dict)  # (max - min) / median per load
 
     @property
     def unit(self) -> str:
@@ -112,14 +115,18 @@ def parse(text: str) -> list[Point]:
     return pts
 
 
-def run_app(name: str, configs: list[str], icount: bool, requests: int | None, timeout: float) -> AppReport:
+def run_app(name: str, configs: list[str], icount: bool, requests: int | None, timeout: float,
+            repeat: int = 1) -> AppReport:
+    """Build the recipe's image for each configuration, then boot them in
+    turn REPEAT times (interleaved: linux, base, linux, base, ...)."""
     r = recipes.load(name)
     if r.bench is None:
         raise UklError(f"apps/{name}/recipe.toml has no [bench] section", "benchmarks: " + ", ".join(names()))
     if BASELINE not in configs:
         configs = [BASELINE, *configs]
-    report = AppReport(name, r.description, icount, "", bench.machine(), configs)
+    report = AppReport(name, r.description, icount, "", bench.machine(), configs, runs=repeat)
     appload = loader()
+    outs = {}
     for config in configs:
         out = cache_dir() / "bench" / "apps" / f"{name}-{config}"
         target = "base" if kernel.is_ukl(config) else "linux"
@@ -130,18 +137,40 @@ def run_app(name: str, configs: list[str], icount: bool, requests: int | None, t
                                           files=[*r.files, (appload, "/bin/appload")], project_opts=opts,
                                           args=r.args, recipe=name))
         report.kernels[config] = man.kernel_release
-        with tempfile.TemporaryDirectory(prefix="ukl-bench-") as td:
-            extra = initramfs.args_archive([], Path(td), script(r, requests))
-            with ui.step(f"benchmarking {name} under '{config}'"):
-                res = vm.boot(vm.RunSpec(bzimage=out / "bzImage", initrds=[out / "initramfs.cpio", extra],
-                                         log=out / "console.log", timeout=timeout, icount=icount, smp=1,
-                                         append=["norandmaps"], show=False))
-        if res.code != 0 or res.failures:
-            raise UklError(f"the {name} benchmark failed under '{config}' (status {res.code})",
-                           f"see {out / 'console.log'}")
-        report.accel = res.accel
-        report.results[config] = parse((out / "console.log").read_text(errors="replace"))
+        outs[config] = out
+    runs: dict[str, list[list[Point]]] = {c: [] for c in configs}
+    for i in range(repeat):
+        for config in configs:
+            out = outs[config]
+            with tempfile.TemporaryDirectory(prefix="ukl-bench-") as td:
+                extra = initramfs.args_archive([], Path(td), script(r, requests))
+                with ui.step(f"benchmarking {name} under '{config}' (run {i + 1} of {repeat})"):
+                    res = vm.boot(vm.RunSpec(bzimage=out / "bzImage", initrds=[out / "initramfs.cpio", extra],
+                                             log=out / "console.log", timeout=timeout, icount=icount, smp=1,
+                                             append=["norandmaps"], show=False))
+            if res.code != 0 or res.failures:
+                raise UklError(f"the {name} benchmark failed under '{config}' (status {res.code})",
+                               f"see {out / 'console.log'}")
+            report.accel = res.accel
+            runs[config].append(parse((out / "console.log").read_text(errors="replace")))
+    for config, rs in runs.items():
+        report.results[config], report.spread[config] = combine(rs)
     return report
+
+
+def combine(runs: list[list[Point]]) -> tuple[list[Point], dict[str, float]]:
+    """The median of each load over the runs, and the runs' spread."""
+    merged, spread = [], {}
+    for i, first in enumerate(runs[0]):
+        same = [rs[i] for rs in runs]
+        if any(p.label != first.label for p in same):
+            raise UklError("the runs measured different loads", "run the benchmark again")
+        server = statistics.median_low(p.server_ns for p in same)
+        merged.append(Point(first.op, first.conns, first.pipeline, first.requests, server,
+                            statistics.median_low(p.elapsed_ns for p in same)))
+        spread[first.label] = (max(p.server_ns for p in same) - min(p.server_ns for p in same)) / server \
+            if server else 0.0
+    return merged, spread
 
 
 def rows(report: AppReport) -> list[tuple[str, dict[str, Point]]]:
@@ -155,7 +184,9 @@ def cells(report: AppReport, label: str, pts: dict[str, Point]) -> list[str]:
     base = pts.get(BASELINE)
     for c in report.configs:
         p = pts.get(c)
-        out.append(f"{p.per_request:,.0f}" if p else "-")
+        spread = report.spread.get(c, {}).get(label)
+        out.append((f"{p.per_request:,.0f}" + (f" (±{spread * 50:.1f}%)" if report.runs > 1 and spread is not None
+                                                  else "")) if p else "-")
         if c != BASELINE:
             out.append(f"{p.per_request / base.per_request:.3f}" if p and base else "-")
     return out
@@ -180,10 +211,12 @@ def table(report: AppReport) -> Table:
     return t
 
 
-def markdown(reports: list[AppReport]) -> str:
+def markdown(reports: list[AppReport], plot_file: Path | None = None) -> str:
     out = ["# Applications: " + " vs ".join(reports[0].configs if reports else []), "",
            "Generated by `./ukl bench apps --configs " + ",".join(reports[0].configs if reports else [])
-           + (" --icount" if reports and reports[0].icount else "") + " --markdown docs/results-apps.md`;"
+           + (" --icount" if reports and reports[0].icount else "")
+           + (f" --repeat {reports[0].runs}" if reports and reports[0].runs > 1 else "")
+           + " --markdown docs/results-apps.md`;"
            " do not edit by hand.", ""]
     if reports:
         r0 = reports[0]
@@ -196,7 +229,8 @@ def markdown(reports: list[AppReport]) -> str:
                 "number of requests: the server's guest instructions per request under `--icount`, where "
                 "runs repeat; the client's and the idle loop's work are not in it. Run-to-completion "
                 "applications give the CPU time of the whole run. `c` is the number of connections, `P` "
-                "the requests pipelined per connection.", ""]
+                "the requests pipelined per connection. With several runs (`--repeat`, configurations "
+                "interleaved) a value is the median and ± half the runs' range.", ""]
     for rep in reports:
         kern = ", ".join(f"`{c}`: Linux {k}" for c, k in rep.kernels.items())
         out += [f"## {rep.app}", "", rep.description + ".", "", f"Kernels: {kern}. Unit: {rep.unit}.", "",
@@ -204,6 +238,8 @@ def markdown(reports: list[AppReport]) -> str:
         out += ["| " + " | ".join(cells(rep, label, pts)) + " |" for label, pts in rows(rep)]
         out.append("")
     out += [NOTES, ""]
+    if plot_file:
+        out += [f"![relative to {BASELINE}]({plot_file.name})", ""]
     return "\n".join(out)
 
 
@@ -231,3 +267,50 @@ def save_json(reports: list[AppReport], path: Path) -> None:
                 dp["instructions_per_request" if rep.icount else "ns_per_request"] = p.per_request
         data.append(d)
     path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def load_json(path: Path) -> list[AppReport]:
+    point_fields = set(Point.__dataclass_fields__)
+    try:
+        reports = []
+        for d in json.loads(path.read_text()):
+            d["results"] = {c: [Point(**{k: v for k, v in p.items() if k in point_fields}) for p in pts]
+                            for c, pts in d["results"].items()}
+            reports.append(AppReport(**d))
+        return reports
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise UklError(f"cannot read application benchmark results from {path}: {e}",
+                       "give a file written by `ukl bench apps --json`") from None
+
+
+def plot(reports: list[AppReport], path: Path) -> None:
+    """One bar per load and configuration: its instructions (or time) per
+    request relative to linux's."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels: list[str] = []
+    ratios: dict[str, list[float]] = {c: [] for c in reports[0].configs if c != BASELINE} if reports else {}
+    for rep in reports:
+        for label, pts in rows(rep):
+            base = pts.get(BASELINE)
+            labels.append(f"{rep.app} {label}")
+            for c in ratios:
+                p = pts.get(c)
+                ratios[c].append(p.per_request / base.per_request if p and base else 0.0)
+    fig, ax = plt.subplots(figsize=(12, 0.32 * len(labels) + 1.5))
+    height = 0.8 / max(1, len(ratios))
+    for j, (c, vals) in enumerate(ratios.items()):
+        ax.barh([i + j * height for i in range(len(labels))], vals, height, label=f"{c} / {BASELINE}")
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_yticks([i + height * (len(ratios) - 1) / 2 for i in range(len(labels))])
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0.9, 1.1)
+    unit = reports[0].unit.split(" (")[0] if reports else ""
+    ax.set_xlabel(f"application CPU time per request (or run) relative to {BASELINE}, in {unit}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

@@ -223,8 +223,13 @@ def parser() -> argparse.ArgumentParser:
         ap.add_argument("--icount", action="store_true",
                         help="deterministic: the unit is guest instructions (-icount shift=0,sleep=off)")
         ap.add_argument("--requests", type=int, metavar="N", help="requests per load (default: the recipe's)")
+        ap.add_argument("--repeat", type=int, default=1, metavar="N",
+                        help="boot each configuration N times, interleaved; report medians (default 1)")
         ap.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
         ap.add_argument("--markdown", type=Path, metavar="FILE.md", help="write the report as Markdown")
+        ap.add_argument("--plot", type=Path, metavar="FILE.png", help="draw each load relative to linux")
+        ap.add_argument("--from-json", type=Path, metavar="FILE",
+                        help="do not run: report the results saved in FILE (by --json)")
         ap.add_argument("--timeout", type=_positive, default=1800.0, metavar="S", help="per boot (default 1800)")
         ap.set_defaults(func=cmd_bench_app, app=name)
 
@@ -235,8 +240,11 @@ def parser() -> argparse.ArgumentParser:
     at.add_argument("name", metavar="NAME", help="a recipe with a [tests] section (redis)")
     at.add_argument("--configs", default="linux,base", help="comma-separated (default linux,base)")
     at.add_argument("--all", action="store_true", help="the whole suite, not the recipe's units")
+    at.add_argument("--unit", action="append", default=[], metavar="UNIT",
+                    help="run this unit instead of the recipe's (repeatable)")
     at.add_argument("--timeout", type=_positive, default=3600.0, metavar="S", help="per configuration")
     at.add_argument("--json", type=Path, metavar="FILE", help="write the counts as JSON")
+    at.add_argument("--markdown", type=Path, metavar="FILE.md", help="write the counts as Markdown")
     at.set_defaults(func=cmd_apptest)
 
     sub.add_parser("sources", help="install, verify and unpack the pinned Linux and glibc sources").set_defaults(
@@ -377,14 +385,21 @@ def cmd_bench_app(a: argparse.Namespace) -> int:
         kernel.fragments(c)  # unknown names fail before any work
     if a.requests is not None and a.requests <= 0:
         raise UklError(f"--requests {a.requests}: must be positive", "give a number of requests")
-    reports = [appbench.run_app(n, configs, a.icount, a.requests, a.timeout)
-               for n in (appbench.names() if a.app == "apps" else [a.app])]
+    if a.repeat <= 0:
+        raise UklError(f"--repeat {a.repeat}: must be positive", "give a number of runs")
+    if a.from_json:
+        reports = appbench.load_json(a.from_json)
+    else:
+        reports = [appbench.run_app(n, configs, a.icount, a.requests, a.timeout, a.repeat)
+                   for n in (appbench.names() if a.app == "apps" else [a.app])]
     for rep in reports:
         ui.Console().print(appbench.table(rep))
     if a.json:
         appbench.save_json(reports, a.json)
+    if a.plot:
+        appbench.plot(reports, a.plot)
     if a.markdown:
-        a.markdown.write_text(appbench.markdown(reports))
+        a.markdown.write_text(appbench.markdown(reports, a.plot))
     return 0
 
 
@@ -392,7 +407,7 @@ def cmd_apptest(a: argparse.Namespace) -> int:
     configs = [c.strip() for c in a.configs.split(",") if c.strip()]
     for c in configs:
         kernel.fragments(c)  # unknown names fail before any work
-    outcomes = [apptest.run(a.name, c, a.all, a.timeout) for c in configs]
+    outcomes = [apptest.run(a.name, c, a.all, a.timeout, a.unit) for c in configs]
     verdicts = list(outcomes[0].counts) if outcomes else []
     table = Table("configuration", *verdicts, "finished", title=f"{a.name}'s own tests against the application")
     for o in outcomes:
@@ -405,6 +420,8 @@ def cmd_apptest(a: argparse.Namespace) -> int:
         a.json.write_text(json.dumps([{"config": o.config, "counts": o.counts, "failed": o.failed,
                                        "finished": o.finished, "log": str(o.log)} for o in outcomes],
                                      indent=1) + "\n")
+    if a.markdown:
+        a.markdown.write_text(apptest.markdown(a.name, outcomes, a.all, a.unit, a.markdown))
     return 0 if all(o.finished for o in outcomes) else 1
 
 

@@ -128,7 +128,7 @@ def build(src: Path, target: str, opts: Options) -> Result:
         stamp = bdir / "configured"
         want = json.dumps(configure)  # the configure steps, arguments included
         log.write_text("")
-        with ui.step(f"building {src.name} with CC=ukl-cc ({target}, {system}); log: {log}") as st:
+        with ui.step(f"building {src.name} with ukl-cc and ukl-c++ ({target}, {system}); log: {log}") as st:
             if configure and not (stamp.is_file() and stamp.read_text() == want):
                 stamp.unlink(missing_ok=True)
                 for cmd in configure:

@@ -60,6 +60,7 @@ class Tests:
     port: int                       # the server's port in the guest
     verdicts: dict[str, str]        # verdict -> regular expression of a test's result line
     finished: str                   # a line the suite prints when it ran to its end
+    probe: str                      # what the server answers once it is up (PING)
     server_args: list[str] = field(default_factory=list)
     units: list[str] = field(default_factory=list)   # what CI runs; --all: everything
     unit_option: str = "--single"
@@ -187,6 +188,7 @@ def load(name: str) -> Recipe:
         verdicts = _take(td, "verdicts", dict, w)
         tests = Tests([str(a) for a in _take(td, "command", list, w)], _take(td, "port", int, w),
                       {str(k): str(v) for k, v in verdicts.items()}, _take(td, "finished", str, w),
+                      _take(td, "probe", str, w),
                       [str(a) for a in _take(td, "server_args", list, w, [])],
                       [str(u) for u in _take(td, "units", list, w, [])], _take(td, "unit_option", str, w, "--single"))
         _done(td, w)
