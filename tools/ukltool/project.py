@@ -131,6 +131,10 @@ def build(src: Path, target: str, opts: Options) -> Result:
         with ui.step(f"building {src.name} with ukl-cc and ukl-c++ ({target}, {system}); log: {log}") as st:
             if configure and not (stamp.is_file() and stamp.read_text() == want):
                 stamp.unlink(missing_ok=True)
+                if system == "cmake":
+                    # CMake drops its cache when the compiler changed (another
+                    # checkout's ukl-cc), and with it every -D option: start over
+                    (work / "ukl-cmake" / "CMakeCache.txt").unlink(missing_ok=True)
                 for cmd in configure:
                     _logged(cmd, work, env, log, st, f"configuring {src.name}")
                 stamp.write_text(want)
