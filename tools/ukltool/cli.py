@@ -362,10 +362,16 @@ def cmd_run(a: argparse.Namespace) -> int:
     return res.code
 
 
-def cmd_bench(a: argparse.Namespace) -> int:
-    configs = [c.strip() for c in a.configs.split(",") if c.strip()]
+def _configs(text: str) -> list[str]:
+    """--configs a,b: the names, each checked before any work is done."""
+    configs = [c.strip() for c in text.split(",") if c.strip()]
     for c in configs:
-        kernel.fragments(c)  # unknown names fail before any work
+        kernel.fragments(c)
+    return configs
+
+
+def cmd_bench(a: argparse.Namespace) -> int:
+    configs = _configs(a.configs)
     report = bench.load_json(a.from_json) if a.from_json else bench.run(configs, a.icount, a.quick, a.timeout)
     ui.err.print(f"machine: {report.machine}; accelerator: {report.accel}; kernels: "
                  + ", ".join(f"{c} {k}" for c, k in report.kernels.items()), markup=False)
@@ -380,9 +386,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
 
 def cmd_bench_app(a: argparse.Namespace) -> int:
-    configs = [c.strip() for c in a.configs.split(",") if c.strip()]
-    for c in configs:
-        kernel.fragments(c)  # unknown names fail before any work
+    configs = _configs(a.configs)
     if a.requests is not None and a.requests <= 0:
         raise UklError(f"--requests {a.requests}: must be positive", "give a number of requests")
     if a.repeat <= 0:
@@ -404,9 +408,7 @@ def cmd_bench_app(a: argparse.Namespace) -> int:
 
 
 def cmd_apptest(a: argparse.Namespace) -> int:
-    configs = [c.strip() for c in a.configs.split(",") if c.strip()]
-    for c in configs:
-        kernel.fragments(c)  # unknown names fail before any work
+    configs = _configs(a.configs)
     outcomes = [apptest.run(a.name, c, a.all, a.timeout, a.unit) for c in configs]
     verdicts = list(outcomes[0].counts) if outcomes else []
     table = Table("configuration", *verdicts, "finished", title=f"{a.name}'s own tests against the application")
