@@ -23,7 +23,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from ukltool import bench, image, initramfs, kernel, recipes, ui, vm
+from ukltool import bench, image, initramfs, recipes, ui, vm
 from ukltool.errors import UklError
 from ukltool.paths import REPO, cache_dir
 from ukltool.proc import host_cc, run
@@ -129,13 +129,7 @@ def run_app(name: str, configs: list[str], icount: bool, requests: int | None, t
     outs = {}
     for config in configs:
         out = cache_dir() / "bench" / "apps" / f"{name}-{config}"
-        target = "base" if kernel.is_ukl(config) else "linux"
-        recipes.check_host_packages(r)
-        tree = recipes.fetch(r)
-        opts = recipes.options(r, target)
-        man = image.build(image.BuildSpec([tree], config, out, opts.program, userspace=True,
-                                          files=[*r.files, (appload, "/bin/appload")], project_opts=opts,
-                                          args=r.args, recipe=name))
+        man = image.build(recipes.image_spec(r, config, out, [(appload, "/bin/appload")]))
         report.kernels[config] = man.kernel_release
         outs[config] = out
     runs: dict[str, list[list[Point]]] = {c: [] for c in configs}

@@ -106,12 +106,9 @@ def run(name: str, config: str, run_all: bool, timeout: float, units: list[str] 
         raise UklError(f"apps/{name}/recipe.toml has no [tests] section",
                        "apptest suites: " + ", ".join(n for n in recipes.names() if recipes.load(n).tests))
     kernel.fragments(config)
-    recipes.check_host_packages(r)
-    tree = recipes.fetch(r)
-    opts = recipes.options(r, "base" if kernel.is_ukl(config) else "linux")
     out = cache_dir() / "apptest" / f"{name}-{config}"
-    image.build(image.BuildSpec([tree], config, out, opts.program, userspace=True, files=r.files,
-                                project_opts=opts, args=r.args, recipe=name))
+    image.build(recipes.image_spec(r, config, out))
+    tree = recipes.fetch(r)
     port = free_port()
     log = out / "suite.log"
     outcome = Outcome(config, log=log)

@@ -93,6 +93,16 @@ def _file_spec(text: str) -> tuple[Path, str]:
     return Path(src), dest
 
 
+def _count(text: str) -> int:
+    try:
+        v = int(text)
+        if v <= 0:
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a positive whole number") from None
+    return v
+
+
 def _positive(text: str) -> float:
     try:
         v = float(text)
@@ -222,8 +232,8 @@ def parser() -> argparse.ArgumentParser:
         ap.add_argument("--configs", default="linux,base", help="comma-separated (default linux,base)")
         ap.add_argument("--icount", action="store_true",
                         help="deterministic: the unit is guest instructions (-icount shift=0,sleep=off)")
-        ap.add_argument("--requests", type=int, metavar="N", help="requests per load (default: the recipe's)")
-        ap.add_argument("--repeat", type=int, default=1, metavar="N",
+        ap.add_argument("--requests", type=_count, metavar="N", help="requests per load (default: the recipe's)")
+        ap.add_argument("--repeat", type=_count, default=1, metavar="N",
                         help="boot each configuration N times, interleaved; report medians (default 1)")
         ap.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
         ap.add_argument("--markdown", type=Path, metavar="FILE.md", help="write the report as Markdown")
@@ -303,14 +313,7 @@ def cmd_build(a: argparse.Namespace) -> int:
                            "build an application that depends on it: " +
                            (", ".join(n for n in recipes.names() if recipe in recipes.load(n).depends) or "none"))
         kernel.fragments(a.config)  # validates the name before any work
-        recipes.check_host_packages(r)
-        tree = recipes.fetch(r)
-        opts = recipes.options(r, "base" if kernel.is_ukl(a.config) else "linux")
-        opts.configure_args = [*opts.configure_args, *a.configure_args]
-        opts.make_args = [*opts.make_args, *a.make_args]
-        spec = image.BuildSpec([tree], a.config, a.output, opts.program, userspace=True,
-                               files=[*r.files, *a.file], overlays=a.overlay, project_opts=opts, args=r.args,
-                               forwards=r.forwards, recipe=recipe)
+        spec = recipes.image_spec(r, a.config, a.output, a.file, a.configure_args, a.make_args, a.overlay)
     else:
         opts = project.Options(system=a.build_system, configure_args=a.configure_args, make_args=a.make_args)
         spec = image.BuildSpec(a.sources, a.config, a.output, a.name, a.freestanding, a.userspace, a.cflags,
@@ -387,10 +390,6 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
 def cmd_bench_app(a: argparse.Namespace) -> int:
     configs = _configs(a.configs)
-    if a.requests is not None and a.requests <= 0:
-        raise UklError(f"--requests {a.requests}: must be positive", "give a number of requests")
-    if a.repeat <= 0:
-        raise UklError(f"--repeat {a.repeat}: must be positive", "give a number of runs")
     if a.from_json:
         reports = appbench.load_json(a.from_json)
     else:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ukltool import lock, project, sources, ui
+from ukltool import image, kernel, lock, project, sources, ui
 from ukltool.errors import UklError
 from ukltool.paths import REPO, cache_dir
 from ukltool.proc import need_tool, run
@@ -311,3 +311,20 @@ def _options(r: Recipe, target: str, chain: list[str]) -> project.Options:
 def install_prefix(tree: Path, target: str) -> Path:
     """Where a library recipe built from TREE for TARGET installs."""
     return project.build_dir_for(tree, target) / "prefix"
+
+
+def image_spec(r: Recipe, config: str, out: Path, files: list[tuple[Path, str]] | None = None,
+               configure_args: list[str] | None = None, make_args: list[str] | None = None,
+               overlays: list[Path] | None = None) -> image.BuildSpec:
+    """The image build of R for CONFIG into OUT: its source fetched, its
+    dependencies built, its files (and FILES) in the image, the busybox
+    userspace beside it; extra configure and make arguments after the
+    recipe's."""
+    check_host_packages(r)
+    tree = fetch(r)
+    opts = options(r, "base" if kernel.is_ukl(config) else "linux")
+    opts.configure_args += configure_args or []
+    opts.make_args += make_args or []
+    return image.BuildSpec([tree], config, out, opts.program, userspace=True, files=[*r.files, *(files or [])],
+                           overlays=overlays or [], project_opts=opts, args=r.args, forwards=r.forwards,
+                           recipe=r.name)
