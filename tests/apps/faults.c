@@ -196,6 +196,45 @@ static void ptrace_noncanonical(void)
 	exit(status_code(st));
 }
 
+/*
+ * A tracer (root) sets a child's %rcx to a non-canonical value at a system
+ * call's exit. %rcx is clobbered by SYSCALL, so on Linux the child goes on;
+ * a UKL child returns through %rcx (the emulated SYSCALL's return address),
+ * so it gets SIGSEGV there, and the kernel must not mind.
+ */
+static void ptrace_syscall_rcx(void)
+{
+	int st, stops = 0;
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		ptrace(PTRACE_TRACEME, 0, 0, 0);
+		raise(SIGSTOP);
+		(void)getppid();
+		_exit(0);
+	}
+	waitpid(pid, &st, 0);
+	if (!WIFSTOPPED(st))
+		exit(2);
+	/* The stops after SIGSTOP: getppid's entry, then its exit */
+	while (stops < 2) {
+		ptrace(PTRACE_SYSCALL, pid, 0, 0);
+		waitpid(pid, &st, 0);
+		if (!WIFSTOPPED(st) || WSTOPSIG(st) != SIGTRAP)
+			exit(4);
+		stops++;
+	}
+	if (ptrace(PTRACE_POKEUSER, pid, offsetof(struct user, regs.rcx), NONCANONICAL))
+		exit(3);
+	ptrace(PTRACE_CONT, pid, 0, 0);
+	waitpid(pid, &st, 0);
+	if (WIFSTOPPED(st)) {			/* the SIGSEGV, reported to us */
+		ptrace(PTRACE_CONT, pid, 0, WSTOPSIG(st));
+		waitpid(pid, &st, 0);
+	}
+	exit(status_code(st));
+}
+
 /* A tracer (root) single-steps a child through system calls, then lets it go */
 static void ptrace_stepped(void)
 {
@@ -274,6 +313,7 @@ static const struct fault {
 	{ "tf-stepped", tf_stepped },
 	{ "sigreturn-noncanonical", sigreturn_noncanonical },
 	{ "ptrace-noncanonical", ptrace_noncanonical },
+	{ "ptrace-syscall-rcx", ptrace_syscall_rcx },
 	{ "ptrace-stepped", ptrace_stepped },
 	{ "divide-error", divide_error },
 	{ "ud2", ud2 },

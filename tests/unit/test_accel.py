@@ -89,7 +89,11 @@ def test_qemu_command_matches_the_accelerator(tmp_path):
     tcg = vm.qemu_command("qemu", spec, "tcg", tmp_path / "i", tmp_path / "s")
     assert tcg[tcg.index("-accel") + 1] == "tcg" and tcg[tcg.index("-cpu") + 1] == "max"
     assert "-icount" in tcg and "-netdev" not in tcg and "norandmaps" in tcg[tcg.index("-append") + 1]
+    # no host randomness and no host date under icount
+    assert tcg[tcg.index("-seed") + 1] == vm.ICOUNT_SEED
+    assert tcg[tcg.index("-rtc") + 1] == f"base={vm.ICOUNT_DATE},clock=vm"
     spec = vm.RunSpec(bzimage=tmp_path / "bzImage", initrds=[], log=tmp_path / "log", forwards=[(8080, 80)])
     kvm = vm.qemu_command("qemu", spec, "kvm", tmp_path / "i", tmp_path / "s")
     assert kvm[kvm.index("-accel") + 1] == "kvm" and kvm[kvm.index("-cpu") + 1] == "host"
     assert "user,id=n0,hostfwd=tcp:127.0.0.1:8080-:80" in kvm and f"file:{tmp_path / 's'}" in kvm
+    assert "-seed" not in kvm and "-rtc" not in kvm

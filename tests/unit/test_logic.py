@@ -322,3 +322,10 @@ def test_app_benchmark_runs_combine_to_medians_and_spread():
     assert abs(spread["GET c=1 P=1"] - 100 / 1050) < 1e-9
     with pytest.raises(UklError, match="different loads"):
         appbench.combine([[appbench.Point("get", 1, 1, 100, 1, 1)], [appbench.Point("set", 1, 1, 100, 1, 1)]])
+
+
+def test_kernel_references_link_to_the_kernels_own_names():
+    from ukltool import app
+    assert app.kernel_name("ukl_kernel.msleep") == "msleep"
+    assert app.kernel_name("ukl_entry_SYSCALL_64") == "ukl_entry_SYSCALL_64"
+    assert app.kernel_name("ukl_kernel.") == "ukl_kernel."

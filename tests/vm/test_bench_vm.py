@@ -1,7 +1,8 @@
 """The benchmark instrument, CI-sized: it runs end to end and --icount
-results repeat: every median exactly, every 99th percentile to within 1%
-(icount alone is not record/replay: a rare interruption, such as a timer
-tick, can land in a different iteration of the 1,000)."""
+results repeat exactly, 99th percentiles included: under --icount the
+guest has neither host randomness nor the host's date (whose value alone
+moved a 99th percentile by 28 instructions), so two boots execute the
+same instructions and every timer tick lands in the same iteration."""
 
 from __future__ import annotations
 
@@ -22,11 +23,7 @@ def test_quick_icount_runs_repeat(tmp_path):
         assert "getppid" in res.stdout and "base vs linux" in res.stdout
         runs.append(json.loads(out.read_text()))
     for config, points in runs[0]["results"].items():
-        again = runs[1]["results"][config]
-        assert [(p["op"], p["size"], p["median"]) for p in points] == \
-            [(p["op"], p["size"], p["median"]) for p in again], config
-        for p, q in zip(points, again, strict=True):
-            assert abs(p["p99"] - q["p99"]) <= 0.01 * p["p99"], (config, p, q)
+        assert points == runs[1]["results"][config], config
     ops = {p["op"] for p in runs[0]["results"]["base"]}
     assert {"getppid", "read", "write", "sendto", "recvfrom", "mmap+munmap", "page-fault",
             "stack-fault", "thread-create+join", "context-switch"} <= ops

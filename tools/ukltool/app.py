@@ -73,6 +73,10 @@ UKL_PREFIX = "ukl_"
 LINKER_SYMBOLS = {"__rela_iplt_start", "__rela_iplt_end"}
 # Defined by the final (kernel) link itself: they keep their names.
 KEEP_NAMES = {"_GLOBAL_OFFSET_TABLE_", "__tls_get_addr"}
+# A reference to the kernel's symbol NAME, for a direct call (ukl_call() in
+# runtime/ukl.h): the application declares it with the assembler name
+# KERNEL_REF + NAME (UKL_KERNEL_SYMBOL), and it links to NAME itself.
+KERNEL_REF = "ukl_kernel."
 
 
 def _symbols(obj: Path) -> tuple[set[str], set[str], set[str]]:
@@ -195,8 +199,13 @@ def link_ukl(objs: list[Path], archives: list[Path], out: Path, workdir: Path, l
     # names; other weak references stay prefixed and resolve to 0.
     kernel_refs = sorted(u for u in undefined | weak
                          if u in undefined or u.startswith(UKL_PREFIX) or u in LINKER_SYMBOLS | KEEP_NAMES)
-    run(["objcopy", *(f"--redefine-sym={UKL_PREFIX}{u}={u}" for u in kernel_refs), prefixed, out],
+    run(["objcopy", *(f"--redefine-sym={UKL_PREFIX}{u}={kernel_name(u)}" for u in kernel_refs), prefixed, out],
         what="resolving the application's kernel references")
+
+
+def kernel_name(ref: str) -> str:
+    """The kernel's name for the application's undefined symbol REF."""
+    return ref[len(KERNEL_REF):] if ref.startswith(KERNEL_REF) and len(ref) > len(KERNEL_REF) else ref
 
 
 def outside_ukl_sections(obj: Path) -> list[str]:

@@ -43,8 +43,9 @@ AR_MAGIC = b"!<arch>\n"
 
 
 def compile_flags(args: list[str]) -> list[str]:
-    """The flags of code that runs in the kernel image (before the user's)."""
-    return flags.ring0(args)
+    """The flags of code that runs in the kernel image (before the user's):
+    glibc's (libc/ukl-gcc adds the same) and where <ukl.h> is."""
+    return [*flags.ring0(args), *flags.RUNTIME_INCLUDE]
 
 
 def _log_program(output: str) -> None:

@@ -26,6 +26,7 @@ from ukltool import (
     kernel,
     libc,
     lock,
+    prefixes,
     project,
     recipes,
     sources,
@@ -159,7 +160,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--timeout", type=_positive, default=120.0, metavar="S", help="seconds (default 120)")
     r.add_argument("--icount", action="store_true",
                    help="deterministic time: -icount shift=0,sleep=off (1 guest ns = 1 instruction) and "
-                   "no address-space randomization, so that runs repeat")
+                   "no address-space randomization, seeded randomness and a fixed date, so that runs repeat")
     r.add_argument("--append", action="append", default=[], metavar="ARGS", help="extra kernel command line")
     r.add_argument("--forward", action="append", type=_forward, default=[], metavar="HOST:GUEST",
                    help="forward 127.0.0.1:HOST on the host to GUEST in the guest (TCP)")
@@ -189,6 +190,14 @@ def parser() -> argparse.ArgumentParser:
     kb.set_defaults(func=lambda a: print(kernel.build(a.config).bzimage))
     ks.add_parser("checkpatch", help="run scripts/checkpatch.pl --strict on every patch").set_defaults(
         func=lambda a: kernel.checkpatch())
+    kp = ks.add_parser("build-prefixes", help="build vmlinux after every patch of the series (bisectability)",
+                       description="Commit kernel/patches onto the pristine tree and build vmlinux at every "
+                       "prefix of the series, in a work tree and build directory of their own. Long: one "
+                       "kernel build per patch, mostly incremental.")
+    kp.add_argument("--config", default="base", metavar="NAME", help="kernel configuration (default base)")
+    kp.add_argument("--from", dest="first", type=_count, default=1, metavar="N",
+                    help="start with the prefix of N patches (default 1)")
+    kp.set_defaults(func=lambda a: prefixes.build_prefixes(a.config, a.first))
 
     lb = sub.add_parser("libc", help="the glibc port: its tree, patches and glibc's own tests",
                         description="Work on the glibc port (libc/) and run glibc's tests in ring 0.")

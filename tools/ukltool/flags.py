@@ -21,9 +21,11 @@ NON_PIC = ["-fno-pie", "-mcmodel=kernel"]
 # as in user space (the kernel code model would pick %gs); __UKL__ lets
 # code choose its system call path; SYSCALL becomes a call of the entry.
 RING0 = ["-mno-red-zone", "-mstack-protector-guard-reg=fs", "-D__UKL__"]
+# <ukl.h> (ukl_call(): a direct call into the kernel), in both rings
+RUNTIME_INCLUDE = ["-isystem", str(REPO / "runtime")]
 
 # Ordinary programs and the applications built by `ukl build FILE.c`
-CFLAGS = ["-O2", "-g", "-Wall"]
+CFLAGS = ["-O2", "-g", "-Wall", *RUNTIME_INCLUDE]
 # Programs with a C library are built hardened, as distributions build them.
 LIBC_CFLAGS = [*CFLAGS, "-fstack-protector-strong"]
 LIBS = ["-lm", "-lpthread"]

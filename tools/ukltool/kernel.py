@@ -102,7 +102,7 @@ class KernelImage:
     release: str
 
 
-def _make_progress(st: ui.Step):
+def make_progress(st: ui.Step):
     def on_line(line: str) -> None:
         m = re.match(r"^\s+([A-Z]+\S*)\s+(\S+)", line)
         if m:
@@ -193,7 +193,7 @@ def build(name: str, app: Path | None = None) -> KernelImage:
         jobs = str(os.cpu_count() or 2)
         with ui.step(f"building kernel '{name}'") as st:
             stream(["make", "-C", tree, f"O={bdir}", f"-j{jobs}", "LOCALVERSION=", "bzImage", *make_vars],
-                   bdir / "ukl-build.log", _make_progress(st), what=f"kernel build '{name}'",
+                   bdir / "ukl-build.log", make_progress(st), what=f"kernel build '{name}'",
                    hint=f"see the log; the build directory is {bdir}")
         linked_key.write_text(app_key)
         release = (bdir / "include" / "config" / "kernel.release").read_text().strip()

@@ -54,7 +54,7 @@ def key(patches: list[Path]) -> str:
     return h.hexdigest()
 
 
-def _apply(s: Series, tree: Path, patches: list[Path]) -> str:
+def commit_series(s: Series, tree: Path, patches: list[Path]) -> str:
     """Commit the patches onto `pristine` without touching the work tree; return the tip."""
     idx = tree / ".git" / "ukl-apply.index"
     env = dict(os.environ, GIT_INDEX_FILE=str(idx), **sources.GIT_ID)
@@ -107,7 +107,7 @@ def sync(s: Series, tree: Path) -> str:
         return hashlib.sha256((head + diff).encode()).hexdigest()
     if old_key != k:
         with ui.step(f"applying {len(patches)} {s.what} patches"):
-            tip = _apply(s, tree, patches)
+            tip = commit_series(s, tree, patches)
             git(tree, "update-ref", APPLIED_REF, tip)
             git(tree, "reset", "-q", "--hard", tip)
             key_file.write_text(k + "\n")

@@ -132,6 +132,11 @@ def choose_accel(qemu: str, probe_kernel: Path, forced: str | None = None) -> st
     return accel
 
 
+# Under --icount: QEMU's seed for guest randomness, and the guest's date
+ICOUNT_SEED = "1"
+ICOUNT_DATE = "2026-01-01T00:00:00"
+
+
 def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path, status_file: Path) -> list[str]:
     loglevel = "8" if spec.verbose else "5"
     # printk.time=1: the kernel's messages carry a stamp, which tells them
@@ -151,7 +156,11 @@ def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path, status_file
         # 'max' has SMEP and SMAP, which UKL must work with.
         cmd += ["-accel", "tcg", "-cpu", "max"]
     if spec.icount:
-        cmd += ["-icount", "shift=0,sleep=off"]
+        # The guest sees only guest instructions: no host randomness
+        # (RDRAND, the boot RNG seed) and no host date (the RTC, whose date
+        # alone changes instruction counts), so that a run repeats exactly.
+        cmd += ["-icount", "shift=0,sleep=off", "-seed", ICOUNT_SEED,
+                "-rtc", f"base={ICOUNT_DATE},clock=vm"]
     # Extra QEMU arguments for debugging (UKL_QEMU_ARGS="-s -S": gdb stub)
     cmd += shlex.split(os.environ.get("UKL_QEMU_ARGS", ""))
     if spec.icount and not spec.forwards:

@@ -1,0 +1,64 @@
+/*
+ * ukl.h: calling a kernel function directly from a UKL application.
+ *
+ *	long ukl_call(fn, a1, a2, a3, a4, a5)
+ *
+ * enters the kernel as every system call does (system call UKL_NR_CALL:
+ * kernel stack, context tracking, RCU, lockdep and SMAP as for any other),
+ * calls the kernel function @fn with up to five integer or pointer
+ * arguments, and returns to the application as a system call returns
+ * (pending signals are delivered, the scheduler may run). The result is
+ * @fn's return value as a long (a function returning int or void leaves
+ * the upper bits or all of it undefined), or:
+ *   -EFAULT  @fn is not in the kernel's text (NULL, the application's own
+ *            code, data, a user-half address);
+ *   -ENOSYS  the caller is an ordinary process (ring 3), or the kernel is
+ *            not a UKL kernel.
+ *
+ * @fn runs in the calling task's system call context: it may sleep, and
+ * memory it reads or writes for the application must go through the
+ * kernel's user-access functions, as a system call's would. Declare the
+ * kernel function as the kernel declares it, with UKL_KERNEL_SYMBOL:
+ *
+ *	void msleep(unsigned int msecs) UKL_KERNEL_SYMBOL(msleep);
+ *	...
+ *	ukl_call(msleep, 30);
+ *
+ * (the application's own names are kept apart from the kernel's; the final
+ * link of the kernel resolves this one, and fails naming it if the kernel
+ * has no such symbol). `ukl build` and ukl-cc put this directory on the
+ * include path.
+ */
+#ifndef UKL_CALL_H
+#define UKL_CALL_H
+
+/* The system call number of a direct call (the kernel's asm/ukl.h) */
+#define UKL_NR_CALL 0x10000
+
+/* The kernel's symbol NAME, for a declaration in the application */
+#define UKL_KERNEL_SYMBOL(name) __asm__("ukl_kernel." #name)
+
+/*
+ * A SYSCALL instruction: ukl-cc and `ukl build` turn it into a call of the
+ * UKL system call entry in the application, and it stays one elsewhere.
+ */
+static inline long ukl_call6(const void *fn, long a1, long a2, long a3, long a4, long a5)
+{
+	register long r10 __asm__("r10") = a3;
+	register long r8 __asm__("r8") = a4;
+	register long r9 __asm__("r9") = a5;
+	long ret;
+
+	__asm__ volatile ("syscall"
+			  : "=a"(ret)
+			  : "0"((long)UKL_NR_CALL), "D"(fn), "S"(a1), "d"(a2), "r"(r10), "r"(r8), "r"(r9)
+			  : "rcx", "r11", "memory");
+	return ret;
+}
+
+#define UKL_CALL_ARGS_(fn, a1, a2, a3, a4, a5, ...) \
+	ukl_call6((const void *)(fn), (long)(a1), (long)(a2), (long)(a3), (long)(a4), (long)(a5))
+/* ukl_call(fn, args...): up to five arguments, missing ones are 0 */
+#define ukl_call(...) UKL_CALL_ARGS_(__VA_ARGS__, 0, 0, 0, 0, 0, 0)
+
+#endif /* UKL_CALL_H */
