@@ -15,9 +15,14 @@
  *   -ENOSYS  the caller is an ordinary process (ring 3), or the kernel is
  *            not a UKL kernel.
  *
- * @fn runs in the calling task's system call context: it may sleep, and
- * memory it reads or writes for the application must go through the
- * kernel's user-access functions, as a system call's would. Declare the
+ * @fn runs in the calling task's system call context and may sleep. Its
+ * arguments are passed as they are: a pointer to the application's memory
+ * is a user pointer, which only functions that use the kernel's uaccess
+ * functions on it (copy_from_user(): ksys_write(), for example) may be
+ * given; one that dereferences it directly faults on SMAP in kernel
+ * context, a kernel oops. The result is a system call's: with a signal
+ * pending, -ERESTARTSYS and its kin run @fn again or become -EINTR.
+ * Declare the
  * kernel function as the kernel declares it, with UKL_KERNEL_SYMBOL:
  *
  *	void msleep(unsigned int msecs) UKL_KERNEL_SYMBOL(msleep);
@@ -58,7 +63,13 @@ static inline long ukl_call6(const void *fn, long a1, long a2, long a3, long a4,
 
 #define UKL_CALL_ARGS_(fn, a1, a2, a3, a4, a5, ...) \
 	ukl_call6((const void *)(fn), (long)(a1), (long)(a2), (long)(a3), (long)(a4), (long)(a5))
-/* ukl_call(fn, args...): up to five arguments, missing ones are 0 */
-#define ukl_call(...) UKL_CALL_ARGS_(__VA_ARGS__, 0, 0, 0, 0, 0, 0)
+#define UKL_CALL_COUNT_(_1, _2, _3, _4, _5, _6, _7, n, ...) n
+/*
+ * ukl_call(fn, args...): up to five arguments, missing ones are 0 (a sixth
+ * is a compile error: "size of unnamed array is negative")
+ */
+#define ukl_call(...) \
+	((void)sizeof(char[UKL_CALL_COUNT_(__VA_ARGS__, 7, 6, 5, 4, 3, 2, 1, 0) <= 6 ? 1 : -1]), \
+	 UKL_CALL_ARGS_(__VA_ARGS__, 0, 0, 0, 0, 0, 0))
 
 #endif /* UKL_CALL_H */

@@ -34,6 +34,7 @@ unsigned long long ktime_get_mono_fast_ns(void) UKL_KERNEL_SYMBOL(ktime_get_mono
 void msleep(unsigned int msecs) UKL_KERNEL_SYMBOL(msleep);
 long ksys_write(unsigned int fd, const char *buf, size_t count) UKL_KERNEL_SYMBOL(ksys_write);
 extern char jiffies[] UKL_KERNEL_SYMBOL(jiffies);
+void entry_SYSCALL_64(void) UKL_KERNEL_SYMBOL(entry_SYSCALL_64);
 
 static int app_function(void) { return 1; }
 
@@ -74,6 +75,8 @@ static int direct_calls(void)
 	printf("heap: %s\n", strerror((int)-ukl_call(heap)));
 	printf("application: %s\n", strerror((int)-ukl_call(app_function)));
 	printf("kernel data: %s\n", strerror((int)-ukl_call(jiffies)));
+	printf("entry code: %s\n", strerror((int)-ukl_call(entry_SYSCALL_64)));
+	printf("vsyscall page: %s\n", strerror((int)-ukl_call((void *)0xffffffffff600000UL)));
 	free(heap);
 	return 0;
 }
