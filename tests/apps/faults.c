@@ -294,6 +294,16 @@ static void raw_syscall(void)
 			 "1:\tmovl $0x050f, %%ecx\n\tud2" ::: "rax", "rdi", "rcx", "memory");
 }
 
+/*
+ * SYSENTER (hidden from ukl-cc's check, as above): on AMD CPUs an invalid
+ * opcode in long mode; on Intel CPUs #GP where MSR_IA32_SYSENTER_CS is 0
+ * (no IA32_EMULATION, or a UKL task), else a 32-bit system call entry
+ */
+static void sysenter(void)
+{
+	__asm__ volatile("jmp 1f+2\n1:\tmovw $0x340f, %%cx\n\tud2" ::: "rcx", "memory");
+}
+
 static const struct fault {
 	const char *name;
 	void (*fn)(void);
@@ -322,6 +332,7 @@ static const struct fault {
 	{ "stack-overflow", stack_overflow },
 	{ "abort", do_abort },
 	{ "raw-syscall", raw_syscall },
+	{ "sysenter", sysenter },
 };
 
 #define NFAULTS (sizeof(faults) / sizeof(faults[0]))

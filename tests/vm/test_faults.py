@@ -29,6 +29,7 @@ EXPECTED = {
     "icebp": None,  # #DB (133) on hardware; QEMU's TCG raises #UD (132): as under linux
     "stack-overflow": 139, "abort": 134,
     "raw-syscall": None,  # exit_group(7) in ring 3; the UKL application must call the entry: SIGILL
+    "sysenter": None,  # SIGILL on AMD (TCG's -cpu max), SIGSEGV on Intel: see the test below
 }
 
 
@@ -63,6 +64,8 @@ def test_every_fault_class_ends_as_on_linux(matrices, images, name):
             ukl_status = matrices[config][name, ctx]
             if name == "raw-syscall":
                 assert (linux, ukl_status) == (7, 132), (ctx, config)
+            elif name == "sysenter":
+                assert linux in (132, 139) and ukl_status == linux, (ctx, config, linux, ukl_status)
             elif name == "ptrace-syscall-rcx":
                 assert (linux, ukl_status) == (0, 139), (ctx, config)
             elif EXPECTED[name] is None:
@@ -72,6 +75,20 @@ def test_every_fault_class_ends_as_on_linux(matrices, images, name):
                 assert ukl_status == EXPECTED[name], (ctx, config, ukl_status)
     for config in UKL_CONFIGS:
         assert_clean(images[config] / "console.log")
+
+
+@pytest.mark.parametrize("config", UKL_CONFIGS)
+def test_sysenter_in_ring0_on_an_intel_cpu(userspace_images, config, monkeypatch):
+    """On an Intel CPU SYSENTER is valid in long mode, and with
+    IA32_EMULATION (base-debug) it entered entry_SYSENTER_compat, whose
+    SWAPGS assumed ring 3. While a UKL task runs it must fault instead."""
+    monkeypatch.setenv("UKL_QEMU_ARGS", "-cpu max,vendor=GenuineIntel")
+    image = userspace_images[config]
+    res = ukl("run", image, "--timeout", "300", "--sh",
+              "grep -m1 vendor_id /proc/cpuinfo; $UKL_APP sysenter; echo status=$?")
+    assert "GenuineIntel" in res.stdout, res.stdout
+    assert res.returncode == 0 and "status=139" in res.stdout, res.stdout
+    assert_clean(image / "console.log")
 
 
 @pytest.mark.parametrize("name,status", [("null-call", 139), ("heap-call", 139), ("tf-set", 133),
