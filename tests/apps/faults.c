@@ -171,6 +171,26 @@ static void sigreturn_noncanonical(void)
 	raise(SIGUSR2);
 }
 
+/*
+ * The tracer's end: make the stopped child's register at @off
+ * non-canonical, let it go, pass on the signal it reports (its SIGSEGV),
+ * and exit with the child's status
+ */
+static void poke_and_finish(pid_t pid, size_t off)
+{
+	int st;
+
+	if (ptrace(PTRACE_POKEUSER, pid, off, NONCANONICAL))
+		exit(3);
+	ptrace(PTRACE_CONT, pid, 0, 0);
+	waitpid(pid, &st, 0);
+	if (WIFSTOPPED(st)) {			/* the SIGSEGV, reported to us */
+		ptrace(PTRACE_CONT, pid, 0, WSTOPSIG(st));
+		waitpid(pid, &st, 0);
+	}
+	exit(status_code(st));
+}
+
 /* A child stops; its tracer (root) points its instruction pointer nowhere */
 static void ptrace_noncanonical(void)
 {
@@ -185,15 +205,7 @@ static void ptrace_noncanonical(void)
 	waitpid(pid, &st, 0);
 	if (!WIFSTOPPED(st))
 		exit(2);
-	if (ptrace(PTRACE_POKEUSER, pid, offsetof(struct user, regs.rip), NONCANONICAL))
-		exit(3);
-	ptrace(PTRACE_CONT, pid, 0, 0);
-	waitpid(pid, &st, 0);
-	if (WIFSTOPPED(st)) {			/* the SIGSEGV, reported to us */
-		ptrace(PTRACE_CONT, pid, 0, WSTOPSIG(st));
-		waitpid(pid, &st, 0);
-	}
-	exit(status_code(st));
+	poke_and_finish(pid, offsetof(struct user, regs.rip));
 }
 
 /*
@@ -224,15 +236,7 @@ static void ptrace_syscall_rcx(void)
 			exit(4);
 		stops++;
 	}
-	if (ptrace(PTRACE_POKEUSER, pid, offsetof(struct user, regs.rcx), NONCANONICAL))
-		exit(3);
-	ptrace(PTRACE_CONT, pid, 0, 0);
-	waitpid(pid, &st, 0);
-	if (WIFSTOPPED(st)) {			/* the SIGSEGV, reported to us */
-		ptrace(PTRACE_CONT, pid, 0, WSTOPSIG(st));
-		waitpid(pid, &st, 0);
-	}
-	exit(status_code(st));
+	poke_and_finish(pid, offsetof(struct user, regs.rcx));
 }
 
 /* A tracer (root) single-steps a child through system calls, then lets it go */
