@@ -308,6 +308,18 @@ static void sysenter(void)
 	__asm__ volatile("jmp 1f+2\n1:\tmovw $0x340f, %%cx\n\tud2" ::: "rcx", "memory");
 }
 
+/*
+ * INT $0x80 (hidden from ukl-cc's check, as above): exit(7) as a 32-bit
+ * system call where IA32_EMULATION runs one for a 64-bit process, but
+ * SIGSEGV in the UKL application, which has no 32-bit ABI; #GP (SIGSEGV)
+ * in ring 3 without IA32_EMULATION
+ */
+static void int80(void)
+{
+	__asm__ volatile("movl $1, %%eax\n\tmovl $7, %%ebx\n\tjmp 1f+2\n"
+			 "1:\tmovw $0x80cd, %%cx\n\tud2" ::: "rax", "rbx", "rcx", "memory");
+}
+
 static const struct fault {
 	const char *name;
 	void (*fn)(void);
@@ -337,6 +349,7 @@ static const struct fault {
 	{ "abort", do_abort },
 	{ "raw-syscall", raw_syscall },
 	{ "sysenter", sysenter },
+	{ "int80", int80 },
 };
 
 #define NFAULTS (sizeof(faults) / sizeof(faults[0]))
@@ -398,6 +411,12 @@ static int matrix(void)
 	static const char *const ctxs[] = { "main", "thread", "handler", "child" };
 
 	for (unsigned i = 0; i < NFAULTS; i++) {
+		/*
+		 * Alone only: without IA32_EMULATION vector 0x80 is a device
+		 * vector, which ring 0 may raise (see test_faults.py)
+		 */
+		if (faults[i].fn == int80)
+			continue;
 		for (unsigned c = 0; c < 4; c++) {
 			int st;
 			pid_t pid;
