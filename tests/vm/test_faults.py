@@ -9,7 +9,6 @@ runs the whole matrix; a few classes also run alone, to check the status
 from __future__ import annotations
 
 import re
-import subprocess
 
 import pytest
 
@@ -177,8 +176,9 @@ def without_nmi_backtraces(log: str) -> str:
 def userspace_images(outdir):
     """The application beside a shell, and the same program as an ordinary
     ring-3 binary, /bin/faults-ring3."""
+    from ukltool import app
     ring3 = outdir / "faults-ring3"
-    subprocess.run(["gcc", "-O2", "-static", "-pthread", "-o", str(ring3), str(SRC)], check=True)
+    app.build_static([SRC], ring3)  # as --config linux builds it
     return {c: build(SRC, c, outdir / f"faults-userspace-{c}", "--userspace",
                      "--file", f"{ring3}:/bin/faults-ring3") for c in UKL_CONFIGS}
 
