@@ -15,6 +15,9 @@
  *   faults storm SECONDS     two threads take page faults and signals
  *                            (and timer interrupts) for SECONDS, while
  *                            the caller sends NMIs
+ *   faults lkdtm TEST        run lkdtm's TEST in this task (debugfs must be
+ *                            mounted), after a poll() that uses more
+ *                            kernel stack than the write that runs it
  *
  * Contexts: main (this thread), thread (a second thread), handler (a
  * signal handler), child (a forked child, whose status is passed on).
@@ -23,6 +26,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <poll.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -411,12 +415,6 @@ static int matrix(void)
 	static const char *const ctxs[] = { "main", "thread", "handler", "child" };
 
 	for (unsigned i = 0; i < NFAULTS; i++) {
-		/*
-		 * Alone only: without IA32_EMULATION vector 0x80 is a device
-		 * vector, which ring 0 may raise (see test_faults.py)
-		 */
-		if (faults[i].fn == int80)
-			continue;
 		for (unsigned c = 0; c < 4; c++) {
 			int st;
 			pid_t pid;
@@ -604,6 +602,24 @@ static int storm(double seconds)
 }
 
 
+static int lkdtm(const char *test)
+{
+	static const char direct[] = "/sys/kernel/debug/provoke-crash/DIRECT";
+	struct pollfd pfd[8];
+	int fd;
+
+	for (unsigned i = 0; i < 8; i++)
+		pfd[i] = (struct pollfd){ .fd = -1 };
+	poll(pfd, 8, 1);
+	fd = open(direct, O_WRONLY);
+	if (fd < 0 || write(fd, test, strlen(test)) < 0) {
+		perror(direct);
+		return 1;
+	}
+	close(fd);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static char exe[4096];
@@ -623,6 +639,8 @@ int main(int argc, char **argv)
 		return abuse();
 	if (!strcmp(argv[1], "storm") && argc > 2)
 		return storm(atof(argv[2]));
+	if (!strcmp(argv[1], "lkdtm") && argc > 2)
+		return lkdtm(argv[2]);
 	f = find(argv[1]);
 	if (!f) {
 		fprintf(stderr, "faults: unknown class %s\n", argv[1]);

@@ -30,11 +30,17 @@ EXPECTED = {
     "stack-overflow": 139, "abort": 134,
     "raw-syscall": None,  # exit_group(7) in ring 3; the UKL application must call the entry: SIGILL
     "sysenter": None,  # SIGILL on AMD (TCG's -cpu max), SIGSEGV on Intel: see the test below
+    "int80": 139,  # #GP without IA32_EMULATION (linux); the application has no 32-bit ABI
 }
 
 
+def config_has(config: str, option: str) -> bool:
+    """Does CONFIG's own fragment set OPTION (e.g. CONFIG_IA32_EMULATION=y)?"""
+    return option in (REPO / "kernel" / "configs" / f"{config}.config").read_text().splitlines()
+
+
 def has_ia32_emulation(config: str) -> bool:
-    return "CONFIG_IA32_EMULATION=y" in (REPO / "kernel" / "configs" / f"{config}.config").read_text()
+    return config_has(config, "CONFIG_IA32_EMULATION=y")
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +159,24 @@ BACKTRACE_HEADER = re.compile(r"NMI backtrace for cpu|sysrq: Show backtrace")
 BACKTRACE_END = re.compile(r"^\s*</(TASK|NMI|IRQ)>")
 
 
+def first_stacks(log: str, rip: str) -> list[str]:
+    """The first stack ("TASK", "IRQ", "UKL"...) each backtrace whose RIP
+    starts with RIP walks, in order ("" where it walks none)."""
+    from ukltool import logscan
+    out, want = [], False
+    for line in log.splitlines():
+        body = logscan.STAMP.split(line)[-1].strip()
+        if body.startswith("RIP: "):
+            want = body.split(":", 2)[-1].startswith(rip)
+        elif want and (m := re.fullmatch(r"<(\w+)>", body)):
+            out.append(m.group(1))
+            want = False
+        elif want and body.startswith(("NMI backtrace", "sysrq:")):
+            out.append("")
+            want = False
+    return out
+
+
 def without_nmi_backtraces(log: str) -> str:
     """The console without the backtraces sysrq 'l' asks for (their
     "Call Trace:" lines are requested output, not failures)."""
@@ -183,20 +207,19 @@ def userspace_images(outdir):
                      "--file", f"{ring3}:/bin/faults-ring3") for c in UKL_CONFIGS}
 
 
-# Without IA32_EMULATION (base), vector 0x80 is an ordinary device vector:
-# ring 3 gets #GP, but the application in ring 0 may raise it, and runs
-# whatever handler it has ("No irq handler for vector"), as for any
-# `int $N`, which ukl-cc refuses. Known gap: not reserved yet.
-@pytest.mark.parametrize("config", [c for c in UKL_CONFIGS if has_ia32_emulation(c)])
+@pytest.mark.parametrize("config", UKL_CONFIGS)
 def test_int80_faults_in_the_application_only(userspace_images, config):
-    """With IA32_EMULATION (base-debug), INT $0x80 is a 32-bit system call
-    for a 64-bit process in ring 3 (here exit(7)); the UKL application has
-    no 32-bit ABI and gets SIGSEGV in every context."""
+    """INT $0x80 is a 32-bit system call (here exit(7)) for a 64-bit process
+    in ring 3 where IA32_EMULATION is on (base-debug), #GP (SIGSEGV) where
+    it is off (base); the UKL application has no 32-bit ABI and gets
+    SIGSEGV in every context, also where vector 0x80 would otherwise be a
+    device vector that ring 0 may raise."""
     image = userspace_images[config]
     res = ukl("run", image, "--timeout", "300", "--sh",
               "/bin/faults-ring3 int80; echo ring3=$?; "
               "for c in main thread handler child; do $UKL_APP int80 $c; echo app-$c=$?; done")
-    assert res.returncode == 0 and "ring3=7" in res.stdout, res.stdout
+    ring3 = 7 if has_ia32_emulation(config) else 139
+    assert res.returncode == 0 and f"ring3={ring3}" in res.stdout, res.stdout
     for ctx in CONTEXTS:
         assert f"app-{ctx}=139" in res.stdout, res.stdout
     assert_clean(image / "console.log")
@@ -211,6 +234,11 @@ def test_nmi_storm_during_faults_and_signals(userspace_images, config, seconds):
     assert m and m.group(1) == "0" and int(m.group(2)) > 10, res.stdout[-3000:]
     log = (image / "console.log").read_text(errors="replace")
     assert log.count("NMI backtrace for cpu 1") > 10, "no NMIs reached the second CPU"
+    # Every vector arrives on the UKL IST stack: an NMI at a page fault's
+    # first instruction finds the frame there, and the unwinder must say so
+    # instead of walking whatever the next page holds.
+    at_entry = first_stacks(log, "asm_exc_page_fault+0x0/")
+    assert at_entry and set(at_entry) == {"UKL"}, at_entry
     bad = logscan.failure_lines(without_nmi_backtraces(log))
     assert not bad, bad
 
@@ -227,3 +255,26 @@ def test_kernel_stack_overflow_is_still_reported(userspace_images):
     log = log_file.read_text(errors="replace")
     assert res.returncode == 125 and "survived" not in res.stdout, res.stdout[-3000:]
     assert re.search(r"BUG: task stack guard page was hit at", log, re.I), log[-3000:]
+
+
+@pytest.mark.parametrize("config", [c for c in UKL_CONFIGS if config_has(c, "CONFIG_GCC_PLUGIN_STACKLEAK=y")])
+def test_stackleak_erases_the_stack_before_returning_to_the_application(userspace_images, config):
+    """With STACKLEAK every return to the application erases the kernel
+    stack it used, as every return to ring 3 does. lkdtm's STACKLEAK_ERASING
+    reports the lowest stack pointer since the last erase: after a deep
+    poll() and an open(), the write that runs it must find the same as the
+    same program in ring 3 (where the poll's and the open's returns
+    erased), not the poll's depth."""
+    image = userspace_images[config]
+    log_file = image / "stackleak.log"
+    res = ukl("run", image, "--timeout", "300", "--log", log_file, "--sh",
+              "mount -t debugfs none /sys/kernel/debug; "
+              "/bin/faults-ring3 lkdtm STACKLEAK_ERASING; echo ring3=$?; "
+              "$UKL_APP lkdtm STACKLEAK_ERASING; echo app=$?; "
+              "dmesg | grep -E 'lowest:|properly erased'")  # lkdtm's pr_info lines
+    out = res.stdout
+    assert "ring3=0" in out and "app=0" in out, out[-3000:]
+    assert out.count("OK: the rest of the thread stack is properly erased") == 2, out[-3000:]
+    ring3, app = (int(n) for n in re.findall(r"\blowest:\s+(\d+) bytes", out))
+    assert app <= ring3 + 128, f"lowest stack use since the last erase: ring 3 {ring3} B, application {app} B"
+    assert_clean(log_file)
