@@ -1,5 +1,5 @@
 # The two commands of README.md: `make demo` and `make test`.
-.PHONY: demo test setup unit lint
+.PHONY: demo test setup unit lint results-apps
 
 setup:
 	@scripts/install-host-deps
@@ -20,3 +20,12 @@ lint: setup
 
 unit: setup
 	.venv/bin/python -m pytest -v tests/unit
+
+# The application results in docs/: guest instructions per request (in-guest
+# load generator, -icount) and wall-clock time under real host clients
+# (a tap device in a private network namespace: needs root).
+results-apps: setup
+	./ukl bench apps --configs linux,base --icount --repeat 3 \
+		--markdown docs/results-apps.md --json docs/results-apps.json --plot docs/results-apps.png
+	./ukl bench apps --clients host --configs linux,base --repeat 3 \
+		--markdown docs/results-apps-wall.md --json docs/results-apps-wall.json

@@ -84,3 +84,18 @@ def test_redis_own_tests_pass_against_the_ukl_server(outdir):
         assert got[config]["finished"] and got[config]["counts"]["err"] == 0, got[config]
         assert got[config]["counts"]["ok"] >= 20, got[config]
     assert got["base"]["counts"] == got["linux"]["counts"]
+
+
+def test_memcached_protocol_tests_pass_against_the_ukl_server(outdir):
+    """memcached's own suite starts its own binaries; libmemcached's protocol
+    conformance tests (memccapable) run from the host against memcached in
+    ring 0 and as an ordinary process: every ascii and binary command."""
+    import json
+    out = outdir / "apptest-memcached.json"
+    res = ukl("apptest", "memcached", "--configs", "linux,base", "--json", out)
+    assert res.returncode == 0, res.stdout[-3000:]
+    got = {o["config"]: o for o in json.loads(out.read_text())}
+    for config in ("linux", "base"):
+        assert got[config]["finished"] and got[config]["counts"]["err"] == 0, got[config]
+        assert got[config]["counts"]["ok"] >= 50, got[config]
+    assert got["base"]["counts"] == got["linux"]["counts"]

@@ -246,10 +246,11 @@ NOTES = """## Reading these numbers
   kernel entry and exit work as Linux (a call and a jump instead of SYSCALL
   and SYSRET), so counts within a few percent of `linux` are what it should
   show; the optimization profiles (issues 13 and 14) change the work itself.
-* Wall-clock throughput under TCG is noise for this comparison (QEMU's
-  user-mode networking and emulation dominate); host-driven wall-clock
-  runs with real clients (redis-benchmark, memaslap, ab, wrk) over a tap
-  device are not built yet (issue 12)."""
+* Wall-clock figures with real clients on the host (redis-benchmark,
+  memcaslap, ab, wrk over a tap device) are in
+  [results-apps-wall.md](results-apps-wall.md). Under TCG they measure
+  QEMU's emulation as much as the guest's work, so they are no substitute
+  for the instruction counts above or for a real CPU."""
 
 
 def save_json(reports: list[AppReport], path: Path) -> None:

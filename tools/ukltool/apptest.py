@@ -1,28 +1,33 @@
 """`ukl apptest NAME`: an application's own test suite, run on the host in
-its source tree against the application running in the guest (a
-forwarded port), as Redis's `./runtest --host H --port P` does. What runs
+its source tree against the application running in the guest (on a tap
+device in a private network namespace where the host allows one, else
+behind a port QEMU's user network forwards), as Redis's `./runtest --host
+H --port P` does. What runs
 is the [tests] section of the recipe (apps/NAME/recipe.toml): the command,
 the units CI runs (`--all`: the whole suite), and how the suite reports
 each test."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import signal
 import socket
 import subprocess
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ukltool import image, kernel, logscan, recipes, ui
+from ukltool import image, kernel, logscan, netns, recipes, ui
 from ukltool.errors import UklError
 from ukltool.paths import REPO, cache_dir
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+NETWORKS = {"tap": "reached through a tap device in a private network namespace",
+            "user": "its port forwarded by QEMU's user network"}
 READY_TIMEOUT = 600.0
 
 
@@ -33,6 +38,7 @@ class Outcome:
     failed: list[str] = field(default_factory=list)        # the failing tests' lines
     log: Path = Path()
     finished: bool = False                                  # the suite reached its end
+    network: str = ""                                       # tap (private namespace) or user (forwarded port)
 
 
 def count(lines: list[str], verdicts: dict[str, str]) -> tuple[dict[str, int], list[str]]:
@@ -58,26 +64,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_ready(port: int, probe: str, vm_proc: subprocess.Popen[bytes], timeout: float) -> None:
-    """Until the server in the guest answers PROBE on the forwarded port
-    (QEMU accepts the host's connection before the guest has a server)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if vm_proc.poll() is not None:
-            raise UklError(f"the VM stopped before the server was ready (status {vm_proc.returncode})",
-                           "see its console log")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-                s.settimeout(5)
-                s.sendall(probe.encode())
-                if s.recv(64):
-                    return
-        except OSError:
-            pass
-        time.sleep(1)
-    raise UklError(f"the server did not answer on port {port} within {timeout:.0f}s", "see the console log")
-
-
 def _suite(cmd: list[str], cwd: Path, log: Path, on_line: Callable[[str], None], timeout: float) -> int:
     """Run the suite (its own process group, killed after TIMEOUT seconds),
     all output to LOG; its exit status (negative: killed)."""
@@ -99,7 +85,19 @@ def _suite(cmd: list[str], cwd: Path, log: Path, on_line: Callable[[str], None],
                 p.wait()
 
 
-def run(name: str, config: str, run_all: bool, timeout: float, units: list[str] | None = None) -> Outcome:
+def use_tap(network: str) -> bool:
+    """NETWORK auto: a private tap network where one can be made (root,
+    /dev/net/tun), else QEMU's user network with a forwarded port."""
+    if network == "tap":
+        why = netns.unavailable()
+        if why:
+            raise UklError(why, "use --network user (QEMU's user network, a forwarded port)")
+        return True
+    return network == "auto" and netns.unavailable() is None
+
+
+def run(name: str, config: str, run_all: bool, timeout: float, units: list[str] | None = None,
+        network: str = "auto") -> Outcome:
     r = recipes.load(name)
     t = r.tests
     if t is None:
@@ -109,21 +107,43 @@ def run(name: str, config: str, run_all: bool, timeout: float, units: list[str] 
     out = cache_dir() / "apptest" / f"{name}-{config}"
     image.build(recipes.image_spec(r, config, out))
     tree = recipes.fetch(r)
-    port = free_port()
     log = out / "suite.log"
     outcome = Outcome(config, log=log)
-    cmd = [a.replace("{port}", str(port)) for a in t.command]
+    with netns.private_network() if use_tap(network) else contextlib.nullcontext() as ns:
+        outcome.network = "tap" if ns else "user"
+        _run_suite(name, t, out, tree, ns, run_all, units, timeout, outcome)
+    bad = logscan.failure_lines((out / "console.log").read_text(errors="replace"))
+    if bad:
+        raise UklError(f"the kernel reported failures while {name}'s tests ran: {bad[:3]}",
+                       f"see {out / 'console.log'}")
+    return outcome
+
+
+def _run_suite(name: str, t: recipes.Tests, out: Path, tree: Path, ns: netns.Netns | None, run_all: bool,
+               units: list[str] | None, timeout: float, outcome: Outcome) -> None:
+    """Start the server (on NS's tap device, else behind a forwarded
+    port), run the suite against it, stop it."""
+    vm_cmd = [str(REPO / "ukl"), "run", str(out), "--timeout", str(timeout + 600)]
+    if ns:
+        host, port = netns.GUEST_IP, t.port
+        vm_cmd = ns.exec([*vm_cmd, "--tap", netns.TAP])
+    else:
+        host, port = "127.0.0.1", free_port()
+        vm_cmd += ["--forward", f"{port}:{t.port}"]
+    vm_cmd += ["--", *t.server_args]
+    cmd = [a.replace("{host}", host).replace("{port}", str(port)) for a in t.command]
     if not run_all:
         for unit in units or t.units:
             cmd += [t.unit_option, unit]
-    vm_cmd = [str(REPO / "ukl"), "run", str(out), "--forward", f"{port}:{t.port}", "--timeout", str(timeout + 600),
-              "--", *t.server_args]
+    if ns:
+        cmd = ns.exec(cmd)
+    log = outcome.log
     with open(out / "vm.log", "w") as vm_log:
         vm_proc = subprocess.Popen(vm_cmd, stdout=vm_log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        with ui.step(f"starting {name} under '{config}' (port {port})"):
-            wait_ready(port, t.probe, vm_proc, READY_TIMEOUT)
-        with ui.step(f"{name}'s own tests against the server under '{config}'; log: {log}") as st:
+        with ui.step(f"starting {name} under '{outcome.config}' ({host}:{port}, {outcome.network} network)"):
+            netns.wait_for_server(ns, host, port, t.probe, vm_proc, READY_TIMEOUT)
+        with ui.step(f"{name}'s tests against the server under '{outcome.config}'; log: {log}") as st:
             lines: list[str] = []
 
             def on_line(line: str) -> None:
@@ -139,25 +159,42 @@ def run(name: str, config: str, run_all: bool, timeout: float, units: list[str] 
         if vm_proc.poll() is None:
             os.killpg(vm_proc.pid, signal.SIGTERM)
         vm_proc.wait()
-    bad = logscan.failure_lines((out / "console.log").read_text(errors="replace"))
-    if bad:
-        raise UklError(f"the kernel reported failures while {name}'s tests ran: {bad[:3]}",
-                       f"see {out / 'console.log'}")
-    return outcome
+
+
+def save_json(outcomes: list[Outcome], path: Path) -> None:
+    path.write_text(json.dumps([{"config": o.config, "counts": o.counts, "failed": o.failed, "finished": o.finished,
+                                 "network": o.network, "log": str(o.log)} for o in outcomes], indent=1) + "\n")
+
+
+def load_json(paths: list[Path]) -> list[Outcome]:
+    """The outcomes saved by --json, one file per earlier run (for example
+    one per configuration, run side by side), in order."""
+    out = []
+    for path in paths:
+        try:
+            for d in json.loads(path.read_text()):
+                out.append(Outcome(d["config"], dict(d["counts"]), list(d["failed"]), Path(d["log"]),
+                                   bool(d["finished"]), d.get("network", "")))
+        except (OSError, ValueError, TypeError, KeyError) as e:
+            raise UklError(f"cannot read apptest results from {path}: {e}",
+                           "give files written by `ukl apptest --json`") from None
+    return out
 
 
 def markdown(name: str, outcomes: list[Outcome], run_all: bool, units: list[str], path: Path) -> str:
     r = recipes.load(name)
     assert r.tests is not None
-    ran = "the whole suite" if run_all else "the units " + ", ".join(f"`{u}`" for u in (units or r.tests.units))
+    chosen = units or r.tests.units
+    ran = "the whole suite" if run_all or not chosen else "the units " + ", ".join(f"`{u}`" for u in chosen)
     verdicts = list(outcomes[0].counts) if outcomes else []
     cmd = " ".join(r.tests.command)
-    lines = [f"# {name}'s own tests against the application", "",
+    lines = [f"# {name}: tests against the application", "",
              f"Generated by `./ukl apptest {name} --configs {','.join(o.config for o in outcomes)}"
              + (" --all" if run_all else "") + "".join(f" --unit {u}" for u in units)
              + f" --markdown {path}`; do not edit by hand.", "",
              f"`{cmd}` ({ran}), run on the host in the unmodified source tree against "
-             f"{r.build.program} in the guest (its port forwarded by QEMU), started with "
+             f"{r.build.program} in the guest ({NETWORKS[outcomes[0].network if outcomes else 'user']}), "
+             "started with "
              f"`{' '.join(r.tests.server_args)}`.", "",
              "| configuration | " + " | ".join(verdicts) + " | finished |", "|---|" + "---|" * (len(verdicts) + 1)]
     for o in outcomes:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import signal
@@ -21,6 +20,7 @@ from ukltool import (
     apptest,
     bench,
     glibctests,
+    hostbench,
     image,
     initramfs,
     kernel,
@@ -164,6 +164,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--append", action="append", default=[], metavar="ARGS", help="extra kernel command line")
     r.add_argument("--forward", action="append", type=_forward, default=[], metavar="HOST:GUEST",
                    help="forward 127.0.0.1:HOST on the host to GUEST in the guest (TCP)")
+    r.add_argument("--tap", metavar="IFNAME",
+                   help="connect the guest's eth0 (10.0.2.15/24, gateway 10.0.2.2) to the existing tap device "
+                   "IFNAME instead of QEMU's user network; --forward does not apply")
     r.add_argument("--smp", type=int, default=None,
                    help="virtual CPUs (default 2; 1 with --icount, under which QEMU cannot start a second CPU)")
     r.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto",
@@ -237,10 +240,16 @@ def parser() -> argparse.ArgumentParser:
         what = "every application with a [bench] recipe section" if name == "apps" else f"the {name} recipe"
         ap = bs.add_parser(name, help=f"application benchmark: {what}",
                            description=f"Build and boot {what} under each configuration and load it from "
-                           "inside the guest (bench/appload.c): the application's CPU time per request.")
+                           "inside the guest (bench/appload.c): the application's CPU time per request; or, "
+                           "with --clients host, with real load generators on the host over a tap device "
+                           "(the recipe's [netbench]): throughput and latency in wall-clock time.")
         ap.add_argument("--configs", default="linux,base", help="comma-separated (default linux,base)")
         ap.add_argument("--icount", action="store_true",
                         help="deterministic: the unit is guest instructions (-icount shift=0,sleep=off)")
+        ap.add_argument("--clients", choices=("guest", "host"), default="guest",
+                        help="guest: bench/appload.c beside the server (default); host: redis-benchmark, "
+                        "memcaslap, ab and wrk on the host, in a private network namespace with a tap device "
+                        "(needs root), in wall-clock time")
         ap.add_argument("--requests", type=_count, metavar="N", help="requests per load (default: the recipe's)")
         ap.add_argument("--repeat", type=_count, default=1, metavar="N",
                         help="boot each configuration N times, interleaved; report medians (default 1)")
@@ -253,17 +262,24 @@ def parser() -> argparse.ArgumentParser:
         ap.set_defaults(func=cmd_bench_app, app=name)
 
     at = sub.add_parser("apptest", help="run an application's own test suite against it in the guest",
-                        description="Build the recipe's image, start the application in the guest with a "
-                        "forwarded port, and run the application's own test suite on the host against it "
+                        description="Build the recipe's image, start the application in the guest (on a tap "
+                        "device or behind a forwarded port), and run the application's own test suite on the "
+                        "host against it "
                         "(the recipe's [tests]: for redis, ./runtest --host --port).")
-    at.add_argument("name", metavar="NAME", help="a recipe with a [tests] section (redis)")
+    at.add_argument("name", metavar="NAME", help="a recipe with a [tests] section (redis, memcached)")
     at.add_argument("--configs", default="linux,base", help="comma-separated (default linux,base)")
     at.add_argument("--all", action="store_true", help="the whole suite, not the recipe's units")
     at.add_argument("--unit", action="append", default=[], metavar="UNIT",
                     help="run this unit instead of the recipe's (repeatable)")
     at.add_argument("--timeout", type=_positive, default=3600.0, metavar="S", help="per configuration")
+    at.add_argument("--network", choices=("auto", "tap", "user"), default="auto",
+                    help="tap: the guest on a tap device in a private network namespace (root); user: QEMU's "
+                    "user network and a forwarded port; auto (default): tap where it can be made")
     at.add_argument("--json", type=Path, metavar="FILE", help="write the counts as JSON")
     at.add_argument("--markdown", type=Path, metavar="FILE.md", help="write the counts as Markdown")
+    at.add_argument("--from-json", type=Path, action="append", default=[], metavar="FILE",
+                    help="do not run: report the outcomes saved in FILE by --json (repeatable: configurations "
+                    "run side by side)")
     at.set_defaults(func=cmd_apptest)
 
     sub.add_parser("sources", help="install, verify and unpack the pinned Linux and glibc sources").set_defaults(
@@ -356,12 +372,18 @@ def cmd_run(a: argparse.Namespace) -> int:
         raise UklError("--shell needs a terminal on standard input", "use --sh 'COMMANDS' in scripts")
     log = a.log or a.outdir / "console.log"
     app_args = a.args if a.args or sh is not None else man.args
-    forwards = a.forward or [(f[0], f[1]) for f in man.forwards]
+    if a.tap and a.forward:
+        raise UklError("--forward and --tap cannot be combined: a tap device gives the guest its own address",
+                       "connect to 10.0.2.15 through the tap device instead")
+    if a.tap and not Path(f"/sys/class/net/{a.tap}/tun_flags").is_file():
+        raise UklError(f"--tap {a.tap}: no tap device of that name in this network namespace",
+                       f"create it first: ip tuntap add dev {a.tap} mode tap; ip link set {a.tap} up")
+    forwards = [] if a.tap else a.forward or [(f[0], f[1]) for f in man.forwards]
     with tempfile.TemporaryDirectory(prefix="ukl-args-") as td:
         extra = initramfs.args_archive(app_args, Path(td), sh)
         res = vm.boot(vm.RunSpec(bzimage=a.outdir / "bzImage", initrds=[a.outdir / "initramfs.cpio", extra],
                                  log=log, timeout=a.timeout, icount=a.icount, append=a.append,
-                                 forwards=forwards, smp=run_smp(a.smp, a.icount), verbose=a.verbose,
+                                 forwards=forwards, tap=a.tap, smp=run_smp(a.smp, a.icount), verbose=a.verbose,
                                  interactive=a.shell, accel=None if a.accel == "auto" else a.accel))
     if res.failures:
         ui.err.print(f"[bold red]ukl: the kernel failed[/] (log: {log}):")
@@ -399,6 +421,8 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
 def cmd_bench_app(a: argparse.Namespace) -> int:
     configs = _configs(a.configs)
+    if a.clients == "host":
+        return _bench_app_host(a, configs)
     if a.from_json:
         reports = appbench.load_json(a.from_json)
     else:
@@ -415,11 +439,36 @@ def cmd_bench_app(a: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_app_host(a: argparse.Namespace, configs: list[str]) -> int:
+    for opt, given in (("--icount", a.icount), ("--requests", a.requests), ("--plot", a.plot)):
+        if given:
+            raise UklError(f"{opt} does not apply to --clients host",
+                           "host clients measure wall-clock time with the recipe's [netbench] loads")
+    if a.from_json:
+        reports = hostbench.load_json(a.from_json)
+    else:
+        todo = hostbench.names() if a.app == "apps" else [a.app]
+        if a.app != "apps" and a.app not in hostbench.names():
+            raise UklError(f"apps/{a.app}/recipe.toml has no [netbench] section",
+                           "host-client benchmarks: " + ", ".join(hostbench.names()))
+        reports = [hostbench.run_app(n, configs, a.repeat, a.timeout) for n in todo]
+    for rep in reports:
+        ui.Console().print(hostbench.table(rep))
+    if a.json:
+        hostbench.save_json(reports, a.json)
+    if a.markdown:
+        a.markdown.write_text(hostbench.markdown(reports))
+    return 0
+
+
 def cmd_apptest(a: argparse.Namespace) -> int:
     configs = _configs(a.configs)
-    outcomes = [apptest.run(a.name, c, a.all, a.timeout, a.unit) for c in configs]
+    if a.from_json:
+        outcomes = apptest.load_json(a.from_json)
+    else:
+        outcomes = [apptest.run(a.name, c, a.all, a.timeout, a.unit, a.network) for c in configs]
     verdicts = list(outcomes[0].counts) if outcomes else []
-    table = Table("configuration", *verdicts, "finished", title=f"{a.name}'s own tests against the application")
+    table = Table("configuration", *verdicts, "finished", title=f"{a.name}: tests against the application")
     for o in outcomes:
         table.add_row(o.config, *(str(o.counts[v]) for v in verdicts), "yes" if o.finished else "no")
     ui.Console().print(table)
@@ -427,9 +476,7 @@ def cmd_apptest(a: argparse.Namespace) -> int:
         for line in o.failed:
             ui.warn(f"{o.config}: {line}")
     if a.json:
-        a.json.write_text(json.dumps([{"config": o.config, "counts": o.counts, "failed": o.failed,
-                                       "finished": o.finished, "log": str(o.log)} for o in outcomes],
-                                     indent=1) + "\n")
+        apptest.save_json(outcomes, a.json)
     if a.markdown:
         a.markdown.write_text(apptest.markdown(a.name, outcomes, a.all, a.unit, a.markdown))
     return 0 if all(o.finished for o in outcomes) else 1

@@ -54,6 +54,24 @@ BENCH_PROTOCOLS = ("redis", "memcache", "http", "run")
 
 
 @dataclass
+class NetLoad:
+    """One run of a real load generator on the host."""
+    name: str                       # the load ("c=30 P=16"); each operation the client reports is prefixed
+    command: list[str]              # {host} and {port}: the guest's address and the server's port
+    timeout: float = 300.0
+
+
+@dataclass
+class NetBench:
+    """How `ukl bench NAME --clients host` loads the server: real clients on
+    the host, through a tap device in a private network namespace."""
+    port: int
+    probe: str                      # what the server answers once it is up
+    args: list[str]                 # the server's arguments
+    loads: list[NetLoad]
+
+
+@dataclass
 class Tests:
     """The application's own test suite, run on the host (`ukl apptest`)."""
     command: list[str]              # in the source tree; {port} is the forwarded port
@@ -80,6 +98,7 @@ class Recipe:
     depends: list[str] = field(default_factory=list)          # library recipes built and installed first
     bench: Bench | None = None
     tests: Tests | None = None
+    netbench: NetBench | None = None
 
 
 # In configure and make arguments: {prefix} is where a library recipe
@@ -97,7 +116,7 @@ def _take(d: dict[str, Any], key: str, kind: type, where: str, default: Any = No
             raise UklError(f"{where} lacks '{key}'", "see apps/README.md for the recipe format")
         return default
     v = d.pop(key)
-    if not isinstance(v, kind) or (isinstance(v, list) and not all(isinstance(x, (str, list, int)) for x in v)):
+    if not isinstance(v, kind) or (isinstance(v, list) and not all(isinstance(x, (str, list, int, dict)) for x in v)):
         raise UklError(f"{where}: '{key}' must be a {kind.__name__}", "see apps/README.md for the recipe format")
     return v
 
@@ -197,10 +216,33 @@ def load(name: str) -> Recipe:
                 re.compile(pat)
             except re.error as e:
                 raise UklError(f"{w}: '{v}' is not a regular expression: {e}", "fix the pattern") from None
+    netbench = _netbench(_take(data, "netbench", dict, where), f"{where} [netbench]") if "netbench" in data else None
     description = _take(data, "description", str, where)
     _done(data, where)
     return Recipe(name, description, source, opts, [str(p) for p in host_packages], files, args,
-                  forwards, smoke, depends, bench, tests)
+                  forwards, smoke, depends, bench, tests, netbench)
+
+
+def _netbench(nd: dict[str, Any], w: str) -> NetBench:
+    from ukltool import clients
+    port = _take(nd, "port", int, w)
+    loads = []
+    for i, ld in enumerate(_take(nd, "loads", list, w)):
+        if not isinstance(ld, dict):
+            raise UklError(f"{w}: loads are tables {{ name = ..., command = [...] }}", "see apps/README.md")
+        lw = f"{w} loads[{i}]"
+        load = NetLoad(_take(ld, "name", str, lw), [str(a) for a in _take(ld, "command", list, lw)],
+                       float(_take(ld, "timeout", int, lw, 300)))
+        _done(ld, lw)
+        if not load.command or load.command[0] not in clients.PARSERS:
+            raise UklError(f"{lw}: the command must start with one of {', '.join(clients.PARSERS)}",
+                           "see apps/README.md")
+        loads.append(load)
+    nb = NetBench(port, _take(nd, "probe", str, w), [str(a) for a in _take(nd, "args", list, w, [])], loads)
+    _done(nd, w)
+    if not (0 < port < 65536 and loads):
+        raise UklError(f"{w}: a port (1..65535) and at least one load are needed", "see apps/README.md")
+    return nb
 
 
 def _upstream_version(version: str) -> str:

@@ -38,6 +38,7 @@ class RunSpec:
     icount: bool = False
     append: list[str] = field(default_factory=list)
     forwards: list[tuple[int, int]] = field(default_factory=list)
+    tap: str | None = None  # an existing tap device for eth0 instead of QEMU's user network
     smp: int = 2
     memory: str = "1G"
     verbose: bool = False
@@ -163,6 +164,10 @@ def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path, status_file
                 "-rtc", f"base={ICOUNT_DATE},clock=vm"]
     # Extra QEMU arguments for debugging (UKL_QEMU_ARGS="-s -S": gdb stub)
     cmd += shlex.split(os.environ.get("UKL_QEMU_ARGS", ""))
+    if spec.tap:
+        cmd += ["-netdev", f"tap,id=n0,ifname={spec.tap},script=no,downscript=no",
+                "-device", "virtio-net-pci,netdev=n0"]
+        return cmd
     if spec.icount and not spec.forwards:
         # Packets from the host arrive at host-chosen moments: no network
         # device, so that deterministic runs stay deterministic.

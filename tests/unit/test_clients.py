@@ -1,0 +1,104 @@
+"""The load generators' output, as the real tools print it (tests/unit/data/clients/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ukltool import clients, netns
+from ukltool.errors import UklError
+
+DATA = Path(__file__).parent / "data" / "clients"
+
+
+def sample(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def test_ab():
+    [s] = clients.parse("ab", sample("ab.out"))
+    assert s == clients.Sample("GET", 690.99, 6.0, 28.0)
+
+
+def test_ab_refuses_failed_requests():
+    text = sample("ab.out").replace("Failed requests:        0", "Failed requests:        3")
+    with pytest.raises(UklError, match="failed"):
+        clients.parse("ab", text)
+
+
+def test_wrk_units():
+    [s] = clients.parse("wrk", sample("wrk.out"))
+    assert s.rps == 713.97 and s.p50_ms == pytest.approx(6.24) and s.p99_ms == pytest.approx(236.38)
+    assert clients._wrk_ms("870.00us") == pytest.approx(0.87)
+    assert clients._wrk_ms("1.50s") == pytest.approx(1500.0)
+
+
+def test_wrk_refuses_socket_errors():
+    errors = "  Socket errors: connect 0, read 3, write 0, timeout 0\n"
+    text = sample("wrk.out").replace("Requests/sec", errors + "Requests/sec")
+    with pytest.raises(UklError, match="socket errors"):
+        clients.parse("wrk", text)
+
+
+def test_memcaslap_total_histogram():
+    [s] = clients.parse("memcaslap", sample("memcaslap.out"))
+    assert s.op == "get/set" and s.rps == 39343
+    # 5000 events: 270 in [16,32), 3047 in [32,64): the 2500th is in [32,64)
+    assert 32 / 1000 < s.p50_ms < 64 / 1000
+    # the 4950th: 4922 below 4096 us, 63 in [4096,8192)
+    assert 4.096 < s.p99_ms < 8.192
+
+
+def test_log2_percentile_interpolates():
+    assert clients._log2_percentile({4: 10}, 0.5) == pytest.approx(24.0)  # halfway through [16, 32)
+    assert clients._log2_percentile({0: 1, 1: 1}, 1.0) == pytest.approx(4.0)
+
+
+def test_memcaslap_without_statistics():
+    with pytest.raises(UklError, match="Total Statistics"):
+        clients.parse("memcaslap", "Run time: 0.1s Ops: 5000 TPS: 71370 Net_rate: 79.9M/s\n")
+
+
+def test_redis_benchmark_csv():
+    out = clients.parse("redis-benchmark", sample("redis-benchmark.out"))
+    assert [s.op for s in out] == ["SET", "GET"]
+    assert all(s.rps > 0 and 0 < s.p50_ms <= s.p99_ms for s in out)
+
+
+def test_unknown_tool():
+    with pytest.raises(UklError, match="no parser"):
+        clients.parse("siege", "")
+
+
+def test_netns_commands_name_the_namespace():
+    cmds = netns.setup_commands("ukl-1-0")
+    assert cmds[0] == ["ip", "netns", "add", "ukl-1-0"]
+    assert all(c[:3] == ["ip", "-n", "ukl-1-0"] for c in cmds[1:])
+    assert ["ip", "-n", "ukl-1-0", "addr", "add", f"{netns.HOST_IP}/24", "dev", netns.TAP] in cmds
+    assert netns.Netns("x").exec(["true"]) == ["ip", "netns", "exec", "x", "true"]
+
+
+def test_netbench_section_is_checked():
+    from ukltool import recipes
+    nb = recipes._netbench({"port": 80, "probe": "x", "loads": [{"name": "ab", "command": ["ab", "http://{host}/"]}]},
+                           "r [netbench]")
+    assert nb.loads[0].timeout == 300 and nb.args == []
+    with pytest.raises(UklError, match="must start with one of"):
+        recipes._netbench({"port": 80, "probe": "x", "loads": [{"name": "c", "command": ["curl"]}]}, "r")
+    with pytest.raises(UklError, match="unknown key"):
+        recipes._netbench({"port": 80, "probe": "x", "loads": [{"name": "c", "command": ["ab"], "n": 1}]}, "r")
+    with pytest.raises(UklError, match="at least one load"):
+        recipes._netbench({"port": 80, "probe": "x", "loads": []}, "r")
+
+
+def test_apptest_outcomes_round_trip(tmp_path):
+    from ukltool import apptest
+    outs = [apptest.Outcome("linux", {"ok": 3, "err": 1}, ["[err]: x"], tmp_path / "l.log", True, "tap")]
+    apptest.save_json(outs, tmp_path / "a.json")
+    apptest.save_json([apptest.Outcome("base", {"ok": 4, "err": 0}, [], tmp_path / "b.log", False, "tap")],
+                      tmp_path / "b.json")
+    got = apptest.load_json([tmp_path / "a.json", tmp_path / "b.json"])
+    assert [o.config for o in got] == ["linux", "base"] and got[0] == outs[0] and not got[1].finished
+    with pytest.raises(UklError, match="cannot read apptest results"):
+        apptest.load_json([tmp_path / "missing.json"])

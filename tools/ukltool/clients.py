@@ -1,0 +1,121 @@
+"""What real load generators print, read: redis-benchmark --csv, memcaslap
+(libmemcached-tools' memaslap), ab and wrk --latency. Each parser returns
+one Sample per operation the tool reports. Pure functions of the text, so
+that they are unit-tested on the tools' real output."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from dataclasses import dataclass
+
+from ukltool.errors import UklError
+
+
+@dataclass(frozen=True)
+class Sample:
+    op: str            # "GET", "SET", "get/set" ...
+    rps: float         # completed requests per second of wall time
+    p50_ms: float
+    p99_ms: float
+
+
+def _fail(tool: str, why: str) -> UklError:
+    return UklError(f"cannot read {tool}'s output: {why}", "see the client's log next to the results")
+
+
+def redis_benchmark(text: str) -> list[Sample]:
+    """`redis-benchmark --csv`: a header, then one row per test."""
+    rows = list(csv.DictReader(io.StringIO("\n".join(line for line in text.splitlines() if line.startswith('"')))))
+    try:
+        out = [Sample(r["test"].split()[0], float(r["rps"]), float(r["p50_latency_ms"]), float(r["p99_latency_ms"]))
+               for r in rows]
+    except (KeyError, ValueError) as e:
+        raise _fail("redis-benchmark", f"no {e} column") from None
+    if not out:
+        raise _fail("redis-benchmark", "no result rows (is it redis-benchmark 7 with --csv?)")
+    return out
+
+
+def _log2_percentile(buckets: dict[int, int], q: float) -> float:
+    """The q-quantile of a log2 histogram (bucket k: [2^k, 2^(k+1))),
+    interpolated linearly inside its bucket."""
+    total = sum(buckets.values())
+    want, seen = q * total, 0
+    for k in sorted(buckets):
+        n = buckets[k]
+        if n and seen + n >= want:
+            low = 0.0 if k == 0 else float(2 ** k)
+            return low + (2 ** (k + 1) - low) * (want - seen) / n
+        seen += n
+    raise ValueError("empty histogram")
+
+
+def memcaslap(text: str) -> list[Sample]:
+    """memcaslap's final report: the "Total Statistics" block's log2
+    histogram of latencies in microseconds, and the last line's TPS."""
+    m = re.search(r"^Run time: [\d.]+s Ops: (\d+) TPS: (\d+)", text, re.M)
+    block = re.search(r"^Total Statistics \(\d+ events\)\n(.*?)(?:\n\s*\n|\Z)", text, re.M | re.S)
+    if not m or not block:
+        raise _fail("memcaslap", "no final 'Total Statistics' and 'Run time' report")
+    buckets: dict[int, int] = {}
+    in_dist = False
+    for line in block.group(1).splitlines():
+        if "Log2 Dist:" in line:
+            in_dist = True
+        elif in_dist and (d := re.match(r"\s*(\d+):((?:\s+\d+)+)\s*$", line)):
+            for i, n in enumerate(d.group(2).split()):
+                buckets[int(d.group(1)) + i] = int(n)
+    if not sum(buckets.values()):
+        raise _fail("memcaslap", "no latency histogram")
+    return [Sample("get/set", float(m.group(2)), _log2_percentile(buckets, 0.5) / 1000,
+                   _log2_percentile(buckets, 0.99) / 1000)]
+
+
+def ab(text: str) -> list[Sample]:
+    """ApacheBench: requests per second and the percentile table (ms);
+    failed requests or non-2xx answers are an error, not a result."""
+    rps = re.search(r"^Requests per second:\s+([\d.]+)", text, re.M)
+    pct = dict(re.findall(r"^\s+(\d+)%\s+(\d+)", text, re.M))
+    if not rps or "50" not in pct or "99" not in pct:
+        raise _fail("ab", "no 'Requests per second' or percentile table")
+    failed = re.search(r"^Failed requests:\s+(\d+)", text, re.M)
+    non2xx = re.search(r"^Non-2xx responses:\s+(\d+)", text, re.M)
+    if (failed and int(failed.group(1))) or non2xx:
+        raise _fail("ab", "some requests failed or were not answered 2xx")
+    return [Sample("GET", float(rps.group(1)), float(pct["50"]), float(pct["99"]))]
+
+
+_WRK_UNIT = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}
+
+
+def _wrk_ms(value: str) -> float:
+    m = re.fullmatch(r"([\d.]+)(us|ms|s|m)", value)
+    if not m:
+        raise _fail("wrk", f"latency '{value}'")
+    return float(m.group(1)) * _WRK_UNIT[m.group(2)]
+
+
+def wrk(text: str) -> list[Sample]:
+    """`wrk --latency`: Requests/sec and the latency distribution; socket
+    errors or non-2xx/3xx answers are an error."""
+    rps = re.search(r"^Requests/sec:\s+([\d.]+)", text, re.M)
+    dist = dict(re.findall(r"^\s+(\d+)%\s+(\S+)\s*$", text, re.M))
+    if not rps or "50" not in dist or "99" not in dist:
+        raise _fail("wrk", "no 'Requests/sec' or latency distribution (was --latency given?)")
+    if re.search(r"^\s+(Socket errors|Non-2xx or 3xx responses):", text, re.M):
+        raise _fail("wrk", "socket errors or non-2xx/3xx responses")
+    return [Sample("GET", float(rps.group(1)), _wrk_ms(dist["50"]), _wrk_ms(dist["99"]))]
+
+
+PARSERS = {"redis-benchmark": redis_benchmark, "memcaslap": memcaslap, "ab": ab, "wrk": wrk}
+# The Debian package each client comes from
+PACKAGES = {"redis-benchmark": "redis-tools", "memcaslap": "libmemcached-tools", "ab": "apache2-utils",
+            "wrk": "wrk"}
+
+
+def parse(tool: str, text: str) -> list[Sample]:
+    if tool not in PARSERS:
+        raise UklError(f"no parser for the load generator '{tool}'", "clients: " + ", ".join(PARSERS))
+    return PARSERS[tool](text)

@@ -1,0 +1,225 @@
+"""`ukl bench redis|memcached|nginx --clients host`: real load generators
+on the host against the server in the guest, in wall-clock time.
+
+The guest's eth0 is a tap device in a private network namespace
+(netns.py), and QEMU and the clients run in that namespace: the traffic
+does not go through QEMU's user-mode network stack, and nothing outside
+the namespace sees it. What each application's clients run is the
+[netbench] section of its recipe; clients.py reads their output. Every
+configuration is booted once per run, runs interleaved (linux, base,
+linux, base, ...), and a value is the median of the runs; ratios compare
+configurations measured in the same invocation only."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rich.table import Table
+
+from ukltool import bench, clients, image, logscan, netns, recipes, ui
+from ukltool.errors import UklError
+from ukltool.paths import REPO, cache_dir
+from ukltool.proc import need_tool
+
+BASELINE = "linux"
+READY_TIMEOUT = 600.0
+
+@dataclass(frozen=True)
+class Result:
+    label: str         # "GET c=30 P=16"
+    rps: float
+    p50_ms: float
+    p99_ms: float
+
+
+@dataclass
+class WallReport:
+    app: str
+    description: str
+    machine: str
+    configs: list[str]
+    runs: int
+    kernels: dict[str, str] = field(default_factory=dict)
+    results: dict[str, list[Result]] = field(default_factory=dict)   # the median of the runs
+    spread: dict[str, dict[str, float]] = field(default_factory=dict)  # (max - min) / median of rps
+
+
+def names() -> list[str]:
+    return [n for n in recipes.names() if recipes.load(n).netbench is not None]
+
+
+def _expand(cmd: list[str], port: int) -> list[str]:
+    return [a.replace("{host}", netns.GUEST_IP).replace("{port}", str(port)) for a in cmd]
+
+
+def _client(ns: netns.Netns, load: recipes.NetLoad, port: int, log: Path) -> list[Result]:
+    cmd = _expand(load.command, port)
+    try:
+        res = subprocess.run(ns.exec(cmd), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                             errors="replace", timeout=load.timeout)
+    except subprocess.TimeoutExpired:
+        raise UklError(f"{cmd[0]} ({load.name}) did not finish within {load.timeout:.0f}s", f"see {log}") from None
+    with open(log, "a") as fh:
+        fh.write(f"$ {' '.join(cmd)}\n{res.stdout}{res.stderr}\n")
+    if res.returncode != 0:
+        raise UklError(f"{cmd[0]} ({load.name}) failed (exit {res.returncode})", f"see {log}")
+    return [Result(f"{s.op} {load.name}", s.rps, s.p50_ms, s.p99_ms) for s in clients.parse(cmd[0], res.stdout)]
+
+
+def one_boot(ns: netns.Netns, nb: recipes.NetBench, out: Path, log: Path, timeout: float) -> list[Result]:
+    """Boot OUT's server on the tap device, run every load once, stop it."""
+    vm_cmd = ns.exec([str(REPO / "ukl"), "run", str(out), "--tap", netns.TAP, "--smp", "1",
+                      "--timeout", str(timeout), "--", *nb.args])
+    with open(out / "vm.log", "w") as vm_log:
+        vm_proc = subprocess.Popen(vm_cmd, stdout=vm_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   start_new_session=True)
+    results: list[Result] = []
+    try:
+        netns.wait_for_server(ns, netns.GUEST_IP, nb.port, nb.probe, vm_proc, READY_TIMEOUT)
+        for load in nb.loads:
+            results += _client(ns, load, nb.port, log)
+    finally:
+        if vm_proc.poll() is None:
+            os.killpg(vm_proc.pid, signal.SIGTERM)
+        try:
+            vm_proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(vm_proc.pid, signal.SIGKILL)
+            vm_proc.wait()
+    bad = logscan.failure_lines((out / "console.log").read_text(errors="replace"))
+    if bad:
+        raise UklError(f"the kernel reported failures under load: {bad[:3]}", f"see {out / 'console.log'}")
+    return results
+
+
+def run_app(name: str, configs: list[str], repeat: int, timeout: float) -> WallReport:
+    r = recipes.load(name)
+    nb = r.netbench
+    if nb is None:
+        raise UklError(f"apps/{name}/recipe.toml has no [netbench] section",
+                       "host-client benchmarks: " + ", ".join(names()))
+    for tool in dict.fromkeys(load.command[0] for load in nb.loads):
+        need_tool(tool, clients.PACKAGES[tool])
+    if BASELINE not in configs:
+        configs = [BASELINE, *configs]
+    report = WallReport(name, r.description, bench.machine(), configs, repeat)
+    outs = {}
+    for config in configs:
+        out = cache_dir() / "bench" / "host" / f"{name}-{config}"
+        report.kernels[config] = image.build(recipes.image_spec(r, config, out)).kernel_release
+        outs[config] = out
+    runs: dict[str, list[list[Result]]] = {c: [] for c in configs}
+    with netns.private_network() as ns:
+        for i in range(repeat):
+            for config in configs:
+                log = outs[config] / f"clients-{i + 1}.log"
+                log.unlink(missing_ok=True)
+                with ui.step(f"{name} under '{config}', host clients (run {i + 1} of {repeat}); log: {log}"):
+                    runs[config].append(one_boot(ns, nb, outs[config], log, timeout))
+    for config, rs in runs.items():
+        report.results[config], report.spread[config] = combine(rs)
+    return report
+
+
+def combine(runs: list[list[Result]]) -> tuple[list[Result], dict[str, float]]:
+    """Per load, the median of each figure over the runs, and the spread
+    of the throughput."""
+    merged, spread = [], {}
+    for i, first in enumerate(runs[0]):
+        same = [rs[i] for rs in runs]
+        if any(x.label != first.label for x in same):
+            raise UklError("the runs measured different loads", "run the benchmark again")
+        rps = statistics.median(x.rps for x in same)
+        merged.append(Result(first.label, rps, statistics.median(x.p50_ms for x in same),
+                             statistics.median(x.p99_ms for x in same)))
+        spread[first.label] = (max(x.rps for x in same) - min(x.rps for x in same)) / rps if rps else 0.0
+    return merged, spread
+
+
+def rows(report: WallReport) -> list[list[str]]:
+    by = {c: {x.label: x for x in rs} for c, rs in report.results.items()}
+    out = []
+    for first in report.results[report.configs[0]]:
+        base = by[BASELINE].get(first.label)
+        row = [first.label]
+        for c in report.configs:
+            x = by[c].get(first.label)
+            sp = report.spread.get(c, {}).get(first.label)
+            row.append(f"{x.rps:,.0f}" + (f" (±{sp * 50:.0f}%)" if report.runs > 1 and sp is not None else "")
+                       if x else "-")
+            if c != BASELINE:
+                row.append(f"{x.rps / base.rps:.2f}" if x and base else "-")
+        for c in report.configs:
+            x = by[c].get(first.label)
+            row.append(f"{x.p50_ms:.2f} / {x.p99_ms:.2f}" if x else "-")
+        out.append(row)
+    return out
+
+
+def heading(report: WallReport) -> list[str]:
+    head = ["load"]
+    for c in report.configs:
+        head.append(f"{c} req/s")
+        if c != BASELINE:
+            head.append(f"{c} / {BASELINE}")
+    head += [f"{c} p50 / p99 ms" for c in report.configs]
+    return head
+
+
+def table(report: WallReport) -> Table:
+    t = Table(title=f"{report.app}: host clients, wall-clock time (TCG: relative only)")
+    for h in heading(report):
+        t.add_column(h, justify="left" if h == "load" else "right")
+    for row in rows(report):
+        t.add_row(*row)
+    return t
+
+
+def markdown(reports: list[WallReport]) -> str:
+    configs = reports[0].configs if reports else []
+    runs = reports[0].runs if reports else 1
+    out = ["# Applications under real clients: " + " vs ".join(configs), "",
+           f"Generated by `./ukl bench apps --clients host --configs {','.join(configs)} --repeat {runs} "
+           "--markdown docs/results-apps-wall.md`; do not edit by hand.", ""]
+    if reports:
+        out += [f"Machine: {reports[0].machine}. The guest has 1 vCPU; its eth0 is a tap device in a private "
+                "network namespace, where QEMU and the clients run (no QEMU user-mode networking). The "
+                "clients are Debian's: redis-benchmark (redis-tools), memcaslap (libmemcached-tools' memaslap, "
+                "its default 9:1 get/set mix), ab (apache2-utils, a new connection per request) and wrk "
+                "(keep-alive), each on the recipe's [netbench] loads. Throughput and latency are wall-clock "
+                f"figures, the median of {runs} runs with configurations interleaved (± is half the runs' "
+                "range of throughput); memcaslap's percentiles are interpolated in its log2 histogram.", "",
+                "Under TCG, QEMU's emulation of the guest dominates these figures: they show that the "
+                "servers work under real load and how far apart the configurations are within this run, "
+                "not what a real CPU would show. The deterministic comparison is in "
+                "[results-apps.md](results-apps.md) (guest instructions per request).", ""]
+    for rep in reports:
+        kern = ", ".join(f"`{c}`: Linux {k}" for c, k in rep.kernels.items())
+        head = heading(rep)
+        out += [f"## {rep.app}", "", rep.description + ".", "", f"Kernels: {kern}.", "",
+                "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        out += ["| " + " | ".join(row) + " |" for row in rows(rep)]
+        out.append("")
+    return "\n".join(out)
+
+
+def save_json(reports: list[WallReport], path: Path) -> None:
+    path.write_text(json.dumps([asdict(r) for r in reports], indent=1) + "\n")
+
+
+def load_json(path: Path) -> list[WallReport]:
+    try:
+        reports = []
+        for d in json.loads(path.read_text()):
+            d["results"] = {c: [Result(**x) for x in rs] for c, rs in d["results"].items()}
+            reports.append(WallReport(**d))
+        return reports
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise UklError(f"cannot read host-client results from {path}: {e}",
+                       "give a file written by `ukl bench apps --clients host --json`") from None
