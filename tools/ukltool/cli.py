@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -375,6 +376,9 @@ def cmd_run(a: argparse.Namespace) -> int:
     if a.tap and a.forward:
         raise UklError("--forward and --tap cannot be combined: a tap device gives the guest its own address",
                        "connect to 10.0.2.15 through the tap device instead")
+    if a.tap and not re.fullmatch(r"[A-Za-z0-9_.-]{1,15}", a.tap):
+        raise UklError(f"--tap {a.tap!r} is not a network interface name QEMU can take",
+                       "name it with up to 15 letters, digits, '_', '.' or '-'")
     if a.tap and not Path(f"/sys/class/net/{a.tap}/tun_flags").is_file():
         raise UklError(f"--tap {a.tap}: no tap device of that name in this network namespace",
                        f"create it first: ip tuntap add dev {a.tap} mode tap; ip link set {a.tap} up")
