@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ukltool import image, kernel, logscan, netns, recipes, ui
+from ukltool import image, kernel, lock, logscan, netns, recipes, ui
 from ukltool.errors import UklError
 from ukltool.paths import REPO, cache_dir
 
@@ -105,14 +105,15 @@ def run(name: str, config: str, run_all: bool, timeout: float, units: list[str] 
                        "apptest suites: " + ", ".join(n for n in recipes.names() if recipes.load(n).tests))
     kernel.fragments(config)
     out = cache_dir() / "apptest" / f"{name}-{config}"
-    image.build(recipes.image_spec(r, config, out))
-    tree = recipes.fetch(r)
-    log = out / "suite.log"
-    outcome = Outcome(config, log=log)
-    with netns.private_network() if use_tap(network) else contextlib.nullcontext() as ns:
-        outcome.network = "tap" if ns else "user"
-        _run_suite(name, t, out, tree, ns, run_all, units, timeout, outcome)
-    bad = logscan.failure_lines((out / "console.log").read_text(errors="replace"))
+    outcome = Outcome(config, log=out / "suite.log")
+    # one run at a time per image directory: its image, logs and console
+    with lock.held(f"apptest-{name}-{config}", f"{name}'s tests under '{config}'"):
+        image.build(recipes.image_spec(r, config, out))
+        tree = recipes.fetch(r)
+        with netns.private_network() if use_tap(network) else contextlib.nullcontext() as ns:
+            outcome.network = "tap" if ns else "user"
+            _run_suite(name, t, out, tree, ns, run_all, units, timeout, outcome)
+        bad = logscan.failure_lines((out / "console.log").read_text(errors="replace"))
     if bad:
         raise UklError(f"the kernel reported failures while {name}'s tests ran: {bad[:3]}",
                        f"see {out / 'console.log'}")

@@ -12,6 +12,7 @@ configurations measured in the same invocation only."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from ukltool import bench, clients, image, logscan, netns, recipes, ui
+from ukltool import bench, clients, image, lock, logscan, netns, recipes, ui
 from ukltool.errors import UklError
 from ukltool.paths import REPO, cache_dir
 from ukltool.proc import need_tool
@@ -109,6 +110,17 @@ def run_app(name: str, configs: list[str], repeat: int, timeout: float) -> WallR
     if BASELINE not in configs:
         configs = [BASELINE, *configs]
     report = WallReport(name, r.description, bench.machine(), configs, repeat)
+    with contextlib.ExitStack() as held:
+        # one run at a time per image directory: its image, logs and console
+        for config in configs:
+            held.enter_context(lock.held(f"hostbench-{name}-{config}", f"the {name} benchmark under '{config}'"))
+        _run_boots(r, nb, configs, repeat, timeout, report)
+    return report
+
+
+def _run_boots(r: recipes.Recipe, nb: recipes.NetBench, configs: list[str], repeat: int, timeout: float,
+               report: WallReport) -> None:
+    name = r.name
     outs = {}
     for config in configs:
         out = cache_dir() / "bench" / "host" / f"{name}-{config}"
@@ -124,7 +136,6 @@ def run_app(name: str, configs: list[str], repeat: int, timeout: float) -> WallR
                     runs[config].append(one_boot(ns, nb, outs[config], log, timeout))
     for config, rs in runs.items():
         report.results[config], report.spread[config] = combine(rs)
-    return report
 
 
 def combine(runs: list[list[Result]]) -> tuple[list[Result], dict[str, float]]:
