@@ -28,4 +28,4 @@ results-apps: setup
 	./ukl bench apps --configs linux,base --icount --repeat 3 \
 		--markdown docs/results-apps.md --json docs/results-apps.json --plot docs/results-apps.png
 	./ukl bench apps --clients host --configs linux,base --repeat 3 \
-		--markdown docs/results-apps-wall.md --json docs/results-apps-wall.json
+		--markdown docs/results-apps-wall.md --json docs/results-apps-wall.json --plot docs/results-apps-wall.png

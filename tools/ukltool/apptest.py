@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -85,6 +86,27 @@ def _suite(cmd: list[str], cwd: Path, log: Path, on_line: Callable[[str], None],
                 p.wait()
 
 
+def prepare(name: str, cmd: list[str], tree: Path, log: Path) -> Path:
+    """What the whole suite needs built on the host first (Redis: the
+    redis-cli and redis-benchmark its integration tests run), in a copy of
+    the source tree kept for it: host objects must never reach the tree the
+    application's own builds mirror. The copy, where the suite then runs."""
+    host_tree = cache_dir() / "apptest" / f"{name}-host-tree"
+    with lock.held(f"apptest-tree-{name}", f"{name}'s host tools"), \
+            ui.step(f"building what {name}'s whole suite runs on the host; log: {log}"):
+        if not host_tree.is_dir():
+            partial = host_tree.with_name(host_tree.name + ".partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            shutil.copytree(tree, partial, symlinks=True)
+            partial.rename(host_tree)
+        res = subprocess.run(cmd, cwd=host_tree, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             errors="replace", stdin=subprocess.DEVNULL)
+        log.write_text(res.stdout)
+    if res.returncode != 0:
+        raise UklError(f"{' '.join(cmd[:3])} in {host_tree} failed (exit {res.returncode})", f"see {log}")
+    return host_tree
+
+
 def use_tap(network: str) -> bool:
     """NETWORK auto: a private tap network where one can be made (root,
     /dev/net/tun), else QEMU's user network with a forwarded port."""
@@ -110,6 +132,8 @@ def run(name: str, config: str, run_all: bool, timeout: float, units: list[str] 
     with lock.held(f"apptest-{name}-{config}", f"{name}'s tests under '{config}'"):
         image.build(recipes.image_spec(r, config, out))
         tree = recipes.fetch(r)
+        if run_all and t.prepare:
+            tree = prepare(name, t.prepare, tree, out / "prepare.log")
         with netns.private_network() if use_tap(network) else contextlib.nullcontext() as ns:
             outcome.network = "tap" if ns else "user"
             _run_suite(name, t, out, tree, ns, run_all, units, timeout, outcome)

@@ -444,24 +444,31 @@ def cmd_bench_app(a: argparse.Namespace) -> int:
 
 
 def _bench_app_host(a: argparse.Namespace, configs: list[str]) -> int:
-    for opt, given in (("--icount", a.icount), ("--requests", a.requests), ("--plot", a.plot)):
+    for opt, given in (("--icount", a.icount), ("--requests", a.requests)):
         if given:
             raise UklError(f"{opt} does not apply to --clients host",
                            "host clients measure wall-clock time with the recipe's [netbench] loads")
     if a.from_json:
-        reports = hostbench.load_json(a.from_json)
+        reports, runs_done = hostbench.load_json(a.from_json)
     else:
         todo = hostbench.names() if a.app == "apps" else [a.app]
         if a.app != "apps" and a.app not in hostbench.names():
             raise UklError(f"apps/{a.app}/recipe.toml has no [netbench] section",
                            "host-client benchmarks: " + ", ".join(hostbench.names()))
         reports = [hostbench.run_app(n, configs, a.repeat, a.timeout) for n in todo]
+        # `apps`: the runs to completion too, timed in the guest without -icount
+        runs_done = [appbench.run_app(n, configs, False, None, a.timeout, a.repeat)
+                     for n in (hostbench.run_to_completion() if a.app == "apps" else [])]
     for rep in reports:
         ui.Console().print(hostbench.table(rep))
+    for run in runs_done:
+        ui.Console().print(appbench.table(run))
     if a.json:
-        hostbench.save_json(reports, a.json)
+        hostbench.save_json(reports, runs_done, a.json)
+    if a.plot:
+        hostbench.plot(reports, runs_done, a.plot)
     if a.markdown:
-        a.markdown.write_text(hostbench.markdown(reports))
+        a.markdown.write_text(hostbench.markdown(reports, runs_done, a.plot))
     return 0
 
 

@@ -82,6 +82,7 @@ class Tests:
     server_args: list[str] = field(default_factory=list)
     units: list[str] = field(default_factory=list)   # what CI runs; --all: everything
     unit_option: str = "--single"
+    prepare: list[str] = field(default_factory=list)  # before --all, in a copy of the source tree (host tools)
 
 
 @dataclass
@@ -209,7 +210,8 @@ def load(name: str) -> Recipe:
                       {str(k): str(v) for k, v in verdicts.items()}, _take(td, "finished", str, w),
                       _take(td, "probe", str, w),
                       [str(a) for a in _take(td, "server_args", list, w, [])],
-                      [str(u) for u in _take(td, "units", list, w, [])], _take(td, "unit_option", str, w, "--single"))
+                      [str(u) for u in _take(td, "units", list, w, [])], _take(td, "unit_option", str, w, "--single"),
+                      [str(a) for a in _take(td, "prepare", list, w, [])])
         _done(td, w)
         for v, pat in [*tests.verdicts.items(), ("finished", tests.finished)]:
             try:
