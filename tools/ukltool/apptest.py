@@ -228,4 +228,6 @@ def markdown(name: str, outcomes: list[Outcome], run_all: bool, units: list[str]
     failed = [f"* {o.config}: {line}" for o in outcomes for line in o.failed]
     if failed:
         lines += ["", "Failed tests:", "", *failed]
+    if r.tests.notes:
+        lines += ["", r.tests.notes.strip()]
     return "\n".join(lines) + "\n"

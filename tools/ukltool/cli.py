@@ -485,7 +485,7 @@ def cmd_apptest(a: argparse.Namespace) -> int:
     ui.Console().print(table)
     for o in outcomes:
         for line in o.failed:
-            ui.warn(f"{o.config}: {line}")
+            ui.warn(escape(f"{o.config}: {line}"))
     if a.json:
         apptest.save_json(outcomes, a.json)
     if a.markdown:

@@ -83,6 +83,7 @@ class Tests:
     units: list[str] = field(default_factory=list)   # what CI runs; --all: everything
     unit_option: str = "--single"
     prepare: list[str] = field(default_factory=list)  # before --all, in a copy of the source tree (host tools)
+    notes: str = ""                 # what the report should say about known failures
 
 
 @dataclass
@@ -211,7 +212,7 @@ def load(name: str) -> Recipe:
                       _take(td, "probe", str, w),
                       [str(a) for a in _take(td, "server_args", list, w, [])],
                       [str(u) for u in _take(td, "units", list, w, [])], _take(td, "unit_option", str, w, "--single"),
-                      [str(a) for a in _take(td, "prepare", list, w, [])])
+                      [str(a) for a in _take(td, "prepare", list, w, [])], _take(td, "notes", str, w, ""))
         _done(td, w)
         for v, pat in [*tests.verdicts.items(), ("finished", tests.finished)]:
             try:
