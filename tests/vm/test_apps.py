@@ -99,3 +99,16 @@ def test_memcached_protocol_tests_pass_against_the_ukl_server(outdir):
         assert got[config]["finished"] and got[config]["counts"]["err"] == 0, got[config]
         assert got[config]["counts"]["ok"] >= 50, got[config]
     assert got["base"]["counts"] == got["linux"]["counts"]
+
+
+def test_nginx_http_checks_pass_against_the_ukl_server(outdir):
+    """nginx's own suite is not in Debian's source: HTTP protocol checks of
+    ours (apps/nginx/http-checks.sh) from the host, against nginx in ring 0
+    and as an ordinary process."""
+    import json
+    out = outdir / "apptest-nginx.json"
+    res = ukl("apptest", "nginx", "--configs", "linux,base", "--json", out)
+    assert res.returncode == 0, res.stdout[-3000:]
+    got = {o["config"]: o for o in json.loads(out.read_text())}
+    for config in ("linux", "base"):
+        assert got[config]["finished"] and got[config]["counts"] == {"ok": 26, "err": 0}, got[config]
