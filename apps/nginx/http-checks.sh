@@ -10,6 +10,8 @@ set -u
 host=$1 port=$2
 base="http://$host:$port"
 checks=0 failed=0
+tmp=$(mktemp)
+trap 'rm -f "$tmp"' EXIT
 
 check() {  # NAME EXPECTED ACTUAL
 	checks=$((checks + 1))
@@ -43,7 +45,13 @@ check "GET a static file" 200 "$(status "$base/index.html")"
 check "its length" 612 "$(curl -s --max-time 30 "$base/index.html" | wc -c)"
 check "its Content-Length" 612 "$(header Content-Length "$base/index.html")"
 check "its Content-Type" text/html "$(header Content-Type "$base/index.html")"
-check "HEAD has no body" 0 "$(curl -s -I --max-time 30 "$base/index.html" -o /dev/null -w '%{size_download}')"
+# HEAD, raw: all nginx sends, header and whatever follows it
+exec 3<>"/dev/tcp/$host/$port" && printf 'HEAD /index.html HTTP/1.0\r\n\r\n' >&3 &&
+	timeout 30 cat <&3 >"$tmp"
+exec 3<&-
+check "HEAD: the status" "HTTP/1.1 200 OK" "$(head -1 "$tmp" | tr -d '\r')"
+header_bytes=$(LC_ALL=C awk 'BEGIN { RS = "\r\n\r\n" } NR == 1 { print length($0) + 4; exit }' "$tmp")
+check "HEAD: nothing after the header" 0 "$(($(wc -c <"$tmp") - ${header_bytes:-0}))"
 check "a missing file" 404 "$(status "$base/no-such-file")"
 check "POST to a static file" 405 "$(status -X POST --data x "$base/index.html")"
 check "a byte range" 206 "$(status -r 0-99 "$base/index.html")"

@@ -44,15 +44,15 @@ def test_wrk_refuses_socket_errors():
 def test_memcaslap_total_histogram():
     [s] = clients.parse("memcaslap", sample("memcaslap.out"))
     assert s.op == "get/set" and s.rps == 39343
-    # 5000 events: 270 in [16,32), 3047 in [32,64): the 2500th is in [32,64)
-    assert 32 / 1000 < s.p50_ms < 64 / 1000
-    # the 4950th: 4922 below 4096 us, 63 in [4096,8192)
-    assert 4.096 < s.p99_ms < 8.192
+    # 5000 events: 270 in (8,16], 3047 in (16,32]: the 2500th is in (16,32]
+    assert 16 / 1000 < s.p50_ms <= 32 / 1000
+    # the 4950th: 4922 up to 2048 us, 63 in (2048,4096]; the maximum, 4734 us, is in bucket 13
+    assert 2.048 < s.p99_ms <= 4.096
 
 
 def test_log2_percentile_interpolates():
-    assert clients._log2_percentile({4: 10}, 0.5) == pytest.approx(24.0)  # halfway through [16, 32)
-    assert clients._log2_percentile({0: 1, 1: 1}, 1.0) == pytest.approx(4.0)
+    assert clients._log2_percentile({5: 10}, 0.5) == pytest.approx(24.0)  # halfway through (16, 32]
+    assert clients._log2_percentile({0: 1, 1: 1}, 1.0) == pytest.approx(2.0)
 
 
 def test_memcaslap_without_statistics():
@@ -64,6 +64,14 @@ def test_redis_benchmark_csv():
     out = clients.parse("redis-benchmark", sample("redis-benchmark.out"))
     assert [s.op for s in out] == ["SET", "GET"]
     assert all(s.rps > 0 and 0 < s.p50_ms <= s.p99_ms for s in out)
+
+
+def test_redis_benchmark_odd_rows():
+    header = '"test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms"\n'
+    with pytest.raises(UklError, match="not a number"):
+        clients.parse("redis-benchmark", header + '"GET","12.5"\n')
+    with pytest.raises(UklError, match="not a number"):
+        clients.parse("redis-benchmark", header + '"","1","1","1","1","1","1"\n')
 
 
 def test_unknown_tool():

@@ -111,4 +111,4 @@ def test_nginx_http_checks_pass_against_the_ukl_server(outdir):
     assert res.returncode == 0, res.stdout[-3000:]
     got = {o["config"]: o for o in json.loads(out.read_text())}
     for config in ("linux", "base"):
-        assert got[config]["finished"] and got[config]["counts"] == {"ok": 26, "err": 0}, got[config]
+        assert got[config]["finished"] and got[config]["counts"] == {"ok": 27, "err": 0}, got[config]

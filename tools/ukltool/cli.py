@@ -402,7 +402,7 @@ def cmd_run(a: argparse.Namespace) -> int:
 
 def _configs(text: str) -> list[str]:
     """--configs a,b: the names, each checked before any work is done."""
-    configs = [c.strip() for c in text.split(",") if c.strip()]
+    configs = list(dict.fromkeys(c.strip() for c in text.split(",") if c.strip()))  # each once
     for c in configs:
         kernel.fragments(c)
     return configs

@@ -31,23 +31,26 @@ def redis_benchmark(text: str) -> list[Sample]:
     try:
         out = [Sample(r["test"].split()[0], float(r["rps"]), float(r["p50_latency_ms"]), float(r["p99_latency_ms"]))
                for r in rows]
-    except (KeyError, ValueError) as e:
+    except KeyError as e:
         raise _fail("redis-benchmark", f"no {e} column") from None
+    except (ValueError, TypeError, IndexError, AttributeError):
+        raise _fail("redis-benchmark", "a row without a test name or with a value that is not a number") from None
     if not out:
         raise _fail("redis-benchmark", "no result rows (is it redis-benchmark 7 with --csv?)")
     return out
 
 
 def _log2_percentile(buckets: dict[int, int], q: float) -> float:
-    """The q-quantile of a log2 histogram (bucket k: [2^k, 2^(k+1))),
-    interpolated linearly inside its bucket."""
+    """The q-quantile of memaslap's log2 histogram, interpolated linearly
+    inside its bucket. Bucket k counts values v with 2^(k-1) < v <= 2^k
+    (ms_local_log2(): the smallest k with 2^k >= v)."""
     total = sum(buckets.values())
     want, seen = q * total, 0
     for k in sorted(buckets):
         n = buckets[k]
         if n and seen + n >= want:
-            low = 0.0 if k == 0 else float(2 ** k)
-            return low + (2 ** (k + 1) - low) * (want - seen) / n
+            low = 0.0 if k == 0 else float(2 ** (k - 1))
+            return low + (2 ** k - low) * (want - seen) / n
         seen += n
     raise ValueError("empty histogram")
 

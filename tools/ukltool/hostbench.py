@@ -64,7 +64,10 @@ def _client(ns: netns.Netns, load: recipes.NetLoad, port: int, log: Path) -> lis
     try:
         res = subprocess.run(ns.exec(cmd), stdin=subprocess.DEVNULL, capture_output=True, text=True,
                              errors="replace", timeout=load.timeout)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as e:
+        with open(log, "a") as fh:
+            for part in (e.stdout, e.stderr):
+                fh.write(part.decode(errors="replace") if isinstance(part, bytes) else part or "")
         raise UklError(f"{cmd[0]} ({load.name}) did not finish within {load.timeout:.0f}s", f"see {log}") from None
     with open(log, "a") as fh:
         fh.write(f"$ {' '.join(cmd)}\n{res.stdout}{res.stderr}\n")
@@ -112,7 +115,7 @@ def run_app(name: str, configs: list[str], repeat: int, timeout: float) -> WallR
     report = WallReport(name, r.description, bench.machine(), configs, repeat)
     with contextlib.ExitStack() as held:
         # one run at a time per image directory: its image, logs and console
-        for config in configs:
+        for config in sorted(set(configs)):  # one order for every run: no deadlock
             held.enter_context(lock.held(f"hostbench-{name}-{config}", f"the {name} benchmark under '{config}'"))
         _run_boots(r, nb, configs, repeat, timeout, report)
     return report
@@ -142,6 +145,8 @@ def combine(runs: list[list[Result]]) -> tuple[list[Result], dict[str, float]]:
     """Per load, the median of each figure over the runs, and the spread
     of the throughput."""
     merged, spread = [], {}
+    if any(len(rs) != len(runs[0]) for rs in runs):
+        raise UklError("the runs measured different loads", "run the benchmark again")
     for i, first in enumerate(runs[0]):
         same = [rs[i] for rs in runs]
         if any(x.label != first.label for x in same):

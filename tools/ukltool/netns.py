@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from ukltool import ui
 from ukltool.errors import UklError
 from ukltool.proc import run
 
@@ -76,7 +77,10 @@ def private_network() -> Iterator[Netns]:
             run(cmd, what=" ".join(cmd))
         yield ns
     finally:
-        run(["ip", "netns", "del", ns.name], what=f"removing network namespace {ns.name}")
+        try:
+            run(["ip", "netns", "del", ns.name], what=f"removing network namespace {ns.name}")
+        except UklError as e:  # never in place of the error that ended the block
+            ui.warn(e.message)
 
 
 # Run inside a namespace: does the server at HOST:PORT answer PROBE?
