@@ -71,15 +71,20 @@ def test_application_benchmark_counts_instructions_per_request(outdir):
     assert per["base"][("get", 1, 16)] < per["base"][("get", 1, 1)] / 2
 
 
+def apptest_outcomes(outdir, name: str, *extra: str) -> dict:
+    """`ukl apptest NAME` under linux and base: each configuration's outcome."""
+    import json
+    out = outdir / f"apptest-{name}.json"
+    res = ukl("apptest", name, "--configs", "linux,base", *extra, "--json", out)
+    assert res.returncode == 0, res.stdout[-3000:]
+    return {o["config"]: o for o in json.loads(out.read_text())}
+
+
 def test_redis_own_tests_pass_against_the_ukl_server(outdir):
     """Redis's own suite in external-server mode, from the host, against
     redis-server in ring 0 and as an ordinary process (one unit here; the
     recipe's units run with `ukl apptest redis`)."""
-    import json
-    out = outdir / "apptest-redis.json"
-    res = ukl("apptest", "redis", "--configs", "linux,base", "--unit", "unit/type/incr", "--json", out)
-    assert res.returncode == 0, res.stdout[-3000:]
-    got = {o["config"]: o for o in json.loads(out.read_text())}
+    got = apptest_outcomes(outdir, "redis", "--unit", "unit/type/incr")
     for config in ("linux", "base"):
         assert got[config]["finished"] and got[config]["counts"]["err"] == 0, got[config]
         assert got[config]["counts"]["ok"] >= 20, got[config]
@@ -90,11 +95,7 @@ def test_memcached_protocol_tests_pass_against_the_ukl_server(outdir):
     """memcached's own suite starts its own binaries; libmemcached's protocol
     conformance tests (memccapable) run from the host against memcached in
     ring 0 and as an ordinary process: every ascii and binary command."""
-    import json
-    out = outdir / "apptest-memcached.json"
-    res = ukl("apptest", "memcached", "--configs", "linux,base", "--json", out)
-    assert res.returncode == 0, res.stdout[-3000:]
-    got = {o["config"]: o for o in json.loads(out.read_text())}
+    got = apptest_outcomes(outdir, "memcached")
     for config in ("linux", "base"):
         assert got[config]["finished"] and got[config]["counts"]["err"] == 0, got[config]
         assert got[config]["counts"]["ok"] >= 50, got[config]
@@ -105,10 +106,6 @@ def test_nginx_http_checks_pass_against_the_ukl_server(outdir):
     """nginx's own suite is not in Debian's source: HTTP protocol checks of
     ours (apps/nginx/http-checks.sh) from the host, against nginx in ring 0
     and as an ordinary process."""
-    import json
-    out = outdir / "apptest-nginx.json"
-    res = ukl("apptest", "nginx", "--configs", "linux,base", "--json", out)
-    assert res.returncode == 0, res.stdout[-3000:]
-    got = {o["config"]: o for o in json.loads(out.read_text())}
+    got = apptest_outcomes(outdir, "nginx")
     for config in ("linux", "base"):
         assert got[config]["finished"] and got[config]["counts"] == {"ok": 27, "err": 0}, got[config]

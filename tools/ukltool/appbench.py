@@ -281,10 +281,6 @@ def load_json(path: Path) -> list[AppReport]:
 def plot(reports: list[AppReport], path: Path) -> None:
     """One bar per load and configuration: its instructions (or time) per
     request relative to linux's."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     labels: list[str] = []
     ratios: dict[str, list[float]] = {c: [] for c in reports[0].configs if c != BASELINE} if reports else {}
     for rep in reports:
@@ -294,6 +290,18 @@ def plot(reports: list[AppReport], path: Path) -> None:
             for c in ratios:
                 p = pts.get(c)
                 ratios[c].append(p.per_request / base.per_request if p and base else 0.0)
+    unit = reports[0].unit.split(" (")[0] if reports else ""
+    plot_ratios(labels, ratios, path, f"application CPU time per request (or run) relative to {BASELINE}, in {unit}",
+                (0.9, 1.1))
+
+
+def plot_ratios(labels: list[str], ratios: dict[str, list[float]], path: Path, xlabel: str,
+                xlim: tuple[float, float] | None = None) -> None:
+    """Horizontal bars: per label, each configuration's ratio to linux."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(12, 0.32 * len(labels) + 1.5))
     height = 0.8 / max(1, len(ratios))
     for j, (c, vals) in enumerate(ratios.items()):
@@ -302,9 +310,9 @@ def plot(reports: list[AppReport], path: Path) -> None:
     ax.set_yticks([i + height * (len(ratios) - 1) / 2 for i in range(len(labels))])
     ax.set_yticklabels(labels, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlim(0.9, 1.1)
-    unit = reports[0].unit.split(" (")[0] if reports else ""
-    ax.set_xlabel(f"application CPU time per request (or run) relative to {BASELINE}, in {unit}")
+    if xlim:
+        ax.set_xlim(*xlim)
+    ax.set_xlabel(xlabel)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=90)

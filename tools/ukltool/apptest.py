@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ukltool import image, kernel, lock, logscan, netns, recipes, ui
+from ukltool import image, kernel, lock, logscan, netns, recipes, ui, vm
 from ukltool.errors import UklError
 from ukltool.paths import REPO, cache_dir
 
@@ -197,13 +197,7 @@ def _run_suite(name: str, t: recipes.Tests, out: Path, tree: Path, ns: netns.Net
         # a suite with failures exits non-zero: finished is having reached its end
         outcome.finished = rc >= 0 and any(re.search(t.finished, ANSI.sub("", x)) for x in lines)
     finally:
-        if vm_proc.poll() is None:
-            os.killpg(vm_proc.pid, signal.SIGTERM)
-        try:
-            vm_proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(vm_proc.pid, signal.SIGKILL)
-            vm_proc.wait()
+        vm.stop_run(vm_proc)
 
 
 def save_json(outcomes: list[Outcome], path: Path) -> None:

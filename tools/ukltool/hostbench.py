@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import statistics
 import subprocess
 from dataclasses import asdict, dataclass, field
@@ -23,7 +21,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from ukltool import appbench, bench, clients, image, lock, logscan, netns, recipes, ui
+from ukltool import appbench, bench, clients, image, lock, logscan, netns, recipes, ui, vm
 from ukltool.errors import UklError
 from ukltool.paths import REPO, cache_dir
 from ukltool.proc import need_tool
@@ -89,13 +87,7 @@ def one_boot(ns: netns.Netns, nb: recipes.NetBench, out: Path, log: Path, timeou
         for load in nb.loads:
             results += _client(ns, load, nb.port, log)
     finally:
-        if vm_proc.poll() is None:
-            os.killpg(vm_proc.pid, signal.SIGTERM)
-        try:
-            vm_proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(vm_proc.pid, signal.SIGKILL)
-            vm_proc.wait()
+        vm.stop_run(vm_proc)
     bad = logscan.failure_lines((out / "console.log").read_text(errors="replace"))
     if bad:
         raise UklError(f"the kernel reported failures under load: {bad[:3]}", f"see {out / 'console.log'}")
@@ -268,10 +260,6 @@ def markdown(reports: list[WallReport], runs_done: list[appbench.AppReport] | No
 def plot(reports: list[WallReport], runs_done: list[appbench.AppReport], path: Path) -> None:
     """Per load, each configuration's throughput relative to linux's (for
     runs to completion: linux's time over the configuration's)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     labels: list[str] = []
     configs = [c for c in (reports[0].configs if reports else runs_done[0].configs) if c != BASELINE]
     ratios: dict[str, list[float]] = {c: [] for c in configs}
@@ -289,20 +277,8 @@ def plot(reports: list[WallReport], runs_done: list[appbench.AppReport], path: P
             for c in configs:
                 p = pts.get(c)
                 ratios[c].append(base.server_ns / p.server_ns if p and base and p.server_ns else 0.0)
-    fig, ax = plt.subplots(figsize=(12, 0.32 * len(labels) + 1.5))
-    height = 0.8 / max(1, len(ratios))
-    for j, (c, vals) in enumerate(ratios.items()):
-        ax.barh([i + j * height for i in range(len(labels))], vals, height, label=f"{c} / {BASELINE}")
-    ax.axvline(1.0, color="black", linewidth=0.8)
-    ax.set_yticks([i + height * (len(ratios) - 1) / 2 for i in range(len(labels))])
-    ax.set_yticklabels(labels, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel(f"throughput relative to {BASELINE} (runs to completion: {BASELINE}'s time / the configuration's),"
-                  " wall clock under TCG")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    appbench.plot_ratios(labels, ratios, path, f"throughput relative to {BASELINE} (runs to completion: "
+                         f"{BASELINE}'s time / the configuration's), wall clock under TCG")
 
 
 def save_json(reports: list[WallReport], runs_done: list[appbench.AppReport], path: Path) -> None:

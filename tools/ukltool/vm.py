@@ -203,6 +203,18 @@ def stop(proc: subprocess.Popen[bytes], own_group: bool) -> None:
     proc.wait()
 
 
+def stop_run(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a `ukl run` started in a session of its own: SIGTERM to its
+    group, so that it stops QEMU itself, SIGKILL after a minute."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def _follow(proc: subprocess.Popen[bytes], spec: RunSpec, logf: BinaryIO, start: float) -> bool:
     """Copy QEMU's console to the log and, after init's marker, to stdout,
     until QEMU exits; True if the timeout ended it."""
