@@ -8,11 +8,21 @@
  * ordinary process and linked into the kernel.
  *
  *   lebench [quick]     prints "BENCH <op> <size> <median> <p99> <n>" lines
+ *
+ * Each measured iteration is also a region for ukl's instruction-class
+ * plugin (bench/region.h; `ukl bench syscalls --model cycles`): the
+ * region's begin marker sits in the asm statement of the first RDTSCP,
+ * before it, and its end marker in that of the second, after it, so the
+ * timed code is unchanged and a region holds it plus the two RDTSCPs.
+ * "REGION <id> <op> <size> <n>" lines name the regions; warm-up iterations
+ * are not in any (one that begins a region without ending it is restarted
+ * by the next begin).
  */
 #include <linux/futex.h>
 #include <linux/sched.h>
 
 #include "../runtime/freestanding.h"
+#include "region.h"
 
 #define MAX_ITERS 10000
 #define MAX_SIZE 8192
@@ -21,6 +31,7 @@ static long iters = MAX_ITERS, warmup = 1000;
 static unsigned long samples[MAX_ITERS];
 static unsigned long tsc_per_ms;	/* calibrated */
 static char *buf;
+static unsigned int regions;	/* region ids handed out */
 
 static inline unsigned long tsc(void)
 {
@@ -28,6 +39,31 @@ static inline unsigned long tsc(void)
 
 	__asm__ volatile("rdtscp" : "=a"(lo), "=d"(hi), "=c"(aux) :: "memory");
 	return ((unsigned long)hi << 32) | lo;
+}
+
+/* tsc() that begins the selected region before reading the counter, and
+ * one that ends it after: markers outside the timed interval */
+static inline unsigned long tsc_begin(void)
+{
+	unsigned int lo, hi, aux;
+
+	__asm__ volatile(REGION_BEGIN_SELECTED "rdtscp" : "=a"(lo), "=d"(hi), "=c"(aux) :: "memory");
+	return ((unsigned long)hi << 32) | lo;
+}
+
+static inline unsigned long tsc_end(void)
+{
+	unsigned int lo, hi, aux;
+
+	__asm__ volatile("rdtscp\n\t" REGION_END_OPEN : "=a"(lo), "=d"(hi), "=c"(aux) :: "memory");
+	return ((unsigned long)hi << 32) | lo;
+}
+
+/* Name the region of the next measured point and select it. */
+static void region_for(const char *op, long size, long n)
+{
+	say("REGION %u %s %ld %ld\n", regions, op, size, n);
+	region_select(regions++);
 }
 
 static unsigned long now_ns(void)
@@ -76,13 +112,14 @@ static void report(const char *op, long size, long n)
 
 /* Time one operation n times after a warm-up; op gets the iteration. */
 #define MEASURE(opname, size, stmt) do {				\
+	region_for(opname, size, iters);				\
 	for (long i_ = 0; i_ < warmup; i_++) { long it = i_; (void)it; stmt; } \
 	for (long i_ = 0; i_ < iters; i_++) {				\
 		long it = i_; unsigned long t0_;			\
 		(void)it;						\
-		t0_ = tsc();						\
+		t0_ = tsc_begin();					\
 		stmt;							\
-		samples[i_] = tsc() - t0_;				\
+		samples[i_] = tsc_end() - t0_;				\
 	}								\
 	report(opname, size, iters);					\
 } while (0)
@@ -118,23 +155,25 @@ static void bench_socket(const long *sizes, int nsizes)
 		long size = sizes[s];
 
 		/* sendto is timed; the peer drains outside the timing */
+		region_for("sendto", size, iters);
 		for (long i = 0; i < warmup + iters; i++) {
-			unsigned long t0 = tsc();
+			unsigned long t0 = tsc_begin();
 
 			sys(__NR_sendto, sv[0], buf, size, 0, 0, 0);
 			if (i >= warmup)
-				samples[i - warmup] = tsc() - t0;
+				samples[i - warmup] = tsc_end() - t0;
 			sys(__NR_recvfrom, sv[1], buf + MAX_SIZE, size, 0, 0, 0);
 		}
 		report("sendto", size, iters);
+		region_for("recvfrom", size, iters);
 		for (long i = 0; i < warmup + iters; i++) {
 			unsigned long t0;
 
 			sys(__NR_sendto, sv[0], buf, size, 0, 0, 0);
-			t0 = tsc();
+			t0 = tsc_begin();
 			sys(__NR_recvfrom, sv[1], buf + MAX_SIZE, size, 0, 0, 0);
 			if (i >= warmup)
-				samples[i - warmup] = tsc() - t0;
+				samples[i - warmup] = tsc_end() - t0;
 		}
 		report("recvfrom", size, iters);
 	}
@@ -152,11 +191,12 @@ static void bench_memory(void)
 	});
 	/* first touch of fresh anonymous pages */
 	region = map(pages * 4096);
+	region_for("page-fault", 4096, pages);
 	for (long i = 0; i < pages; i++) {
-		unsigned long t0 = tsc();
+		unsigned long t0 = tsc_begin();
 
 		region[i * 4096] = 1;
-		samples[i] = tsc() - t0;
+		samples[i] = tsc_end() - t0;
 	}
 	report("page-fault", 4096, pages);
 	sys(__NR_munmap, region, pages * 4096);
@@ -198,10 +238,10 @@ static int stack_toucher(void)
 	__asm__("" : "+r"(p));	/* below our frame is fine: it is our stack */
 
 	for (long i = 1; i <= stack_pages; i++) {
-		unsigned long t0 = tsc();
+		unsigned long t0 = tsc_begin();
 
 		p[-i * 4096] = 1;
-		samples[i - 1] = tsc() - t0;
+		samples[i - 1] = tsc_end() - t0;
 	}
 	return 0;
 }
@@ -233,6 +273,7 @@ static void bench_threads(void)
 
 	/* stack faults: a fresh, unpopulated stack, touched downwards */
 	stack_pages = iters < 2000 ? iters : 2000;
+	region_for("stack-fault", 4096, stack_pages);
 	big = map((stack_pages + 16) * 4096);
 	spawn(big, (stack_pages + 16) * 4096, stack_toucher);
 	join();

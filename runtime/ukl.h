@@ -1,5 +1,6 @@
 /*
- * ukl.h: calling a kernel function directly from a UKL application.
+ * ukl.h: calling a kernel function directly from a UKL application, and
+ * the thread's UKL options.
  *
  *	long ukl_call(fn, a1, a2, a3, a4, a5)
  *
@@ -71,5 +72,33 @@ static inline long ukl_call6(const void *fn, long a1, long a2, long a3, long a4,
 #define ukl_call(...) \
 	((void)sizeof(char[UKL_CALL_COUNT_(__VA_ARGS__, 7, 6, 5, 4, 3, 2, 1, 0) <= 6 ? 1 : -1]), \
 	 UKL_CALL_ARGS_(__VA_ARGS__, 0, 0, 0, 0, 0, 0))
+
+/*
+ * Options of the calling thread (the kernel's asm/ukl.h; Documentation/ukl,
+ * "Options"; `ukl run --opts` and profiles such as base+byp set those the
+ * application starts with):
+ *
+ *	long ukl_opts(unsigned long set, unsigned long clear)
+ *
+ * turns the options in @set on and those in @clear off for the calling
+ * thread (threads and children it creates later inherit them) and returns
+ * the previous ones: ukl_opts(0, 0) only reads them. -EINVAL: an unknown
+ * option bit. In an ordinary process (a program built for `linux`) it does
+ * nothing and returns -ENOSYS.
+ */
+#define UKL_NR_OPTS 0x10001
+#define UKL_OPT_BYP 0x01	/* system calls without pending work skip entry/exit work */
+#define UKL_OPT_RET 0x02	/* returns from interruptions jump back, no IRET */
+
+static inline long ukl_opts(unsigned long set, unsigned long clear)
+{
+	long ret;
+
+	__asm__ volatile ("syscall"
+			  : "=a"(ret)
+			  : "0"((long)UKL_NR_OPTS), "D"(set), "S"(clear)
+			  : "rcx", "r11", "memory");
+	return ret;
+}
 
 #endif /* UKL_CALL_H */

@@ -21,11 +21,20 @@ from ukltool import kernel  # noqa: E402
 # UKL_CONFIGS: those that link the application into the kernel;
 # BASIC_CONFIGS: without debug kernels, for the slower application-level
 # tests (projects, TCP, files), where a debug kernel adds time, not cases.
-ALL_CONFIGS = kernel.config_names()
+# Profiles (CONFIG+OPTION, kernel/options.toml) join ALL_CONFIGS and
+# UKL_CONFIGS: the base-model, C library, fault and userspace tests run
+# under each option and their combination on the normal kernel, and under
+# the combination (every option's code) on the debug kernel, sharing the
+# configuration's kernel build; BASIC_CONFIGS keep one image per kernel.
+OPTION_SETS = ["byp", "ret", "ret+byp"]
+CONFIGS = kernel.config_names()
 BASELINE = "linux"
+PROFILES = [f"{c}+{o}" for c in CONFIGS if kernel.is_ukl(c)
+            for o in (OPTION_SETS[-1:] if c.endswith("-debug") else OPTION_SETS)]
+ALL_CONFIGS = CONFIGS + PROFILES
 UKL_CONFIGS = [c for c in ALL_CONFIGS if kernel.is_ukl(c)]
-DEBUG_CONFIGS = [c for c in ALL_CONFIGS if c.endswith("-debug")]
-BASIC_CONFIGS = [c for c in ALL_CONFIGS if c not in DEBUG_CONFIGS]
+DEBUG_CONFIGS = [c for c in ALL_CONFIGS if c.split("+")[0].endswith("-debug")]
+BASIC_CONFIGS = [c for c in CONFIGS if c not in DEBUG_CONFIGS]
 assert BASELINE in ALL_CONFIGS and BASELINE not in UKL_CONFIGS
 
 

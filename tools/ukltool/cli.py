@@ -20,6 +20,7 @@ from ukltool import (
     appbench,
     apptest,
     bench,
+    cyclemodel,
     glibctests,
     hostbench,
     image,
@@ -28,6 +29,7 @@ from ukltool import (
     libc,
     lock,
     prefixes,
+    profiles,
     project,
     recipes,
     sources,
@@ -163,6 +165,10 @@ def parser() -> argparse.ArgumentParser:
                    help="deterministic time: -icount shift=0,sleep=off (1 guest ns = 1 instruction) and "
                    "no address-space randomization, seeded randomness and a fixed date, so that runs repeat")
     r.add_argument("--append", action="append", default=[], metavar="ARGS", help="extra kernel command line")
+    r.add_argument("--opts", metavar="OPTS",
+                   help="UKL options for this boot, comma-separated, instead of those of the profile the image "
+                   "was built for (for example --opts byp,byp-every=32; --opts '' for none): "
+                   + ", ".join(profiles.options()) + " (kernel/options.toml)")
     r.add_argument("--forward", action="append", type=_forward, default=[], metavar="HOST:GUEST",
                    help="forward 127.0.0.1:HOST on the host to GUEST in the guest (TCP)")
     r.add_argument("--tap", metavar="IFNAME",
@@ -229,6 +235,12 @@ def parser() -> argparse.ArgumentParser:
     sc.add_argument("--icount", action="store_true",
                     help="deterministic: the unit is guest instructions (-icount shift=0,sleep=off)")
     sc.add_argument("--quick", action="store_true", help="1,000 iterations and 3 sizes (for tests)")
+    sc.add_argument("--model", choices=["cycles"],
+                    help="also model cycles (with --icount): the instructions plus the extra cycles of the costly "
+                    "instructions (SYSCALL, SWAPGS, WRMSR, MOV to CR3, ...) that a QEMU plugin counts; a model, "
+                    "not a measurement (docs/cycle-model.md)")
+    sc.add_argument("--cpu", metavar="NAME", help="the model's cost table, bench/costs/NAME.toml (default "
+                    f"{cyclemodel.DEFAULT_CPU}; there: {', '.join(cyclemodel.cpus()) or 'none'})")
     sc.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
     sc.add_argument("--plot", type=Path, metavar="FILE.png", help="draw latency plots")
     sc.add_argument("--markdown", type=Path, metavar="FILE.md", help="write the report as Markdown")
@@ -383,10 +395,17 @@ def cmd_run(a: argparse.Namespace) -> int:
         raise UklError(f"--tap {a.tap}: no tap device of that name in this network namespace",
                        f"create it first: ip tuntap add dev {a.tap} mode tap; ip link set {a.tap} up")
     forwards = [] if a.tap else a.forward or [(f[0], f[1]) for f in man.forwards]
+    append = list(a.append)
+    if a.opts is not None:
+        opts = profiles.opts_arg(a.opts)
+        if opts and not kernel.is_ukl(man.config):
+            raise UklError(f"--opts: {a.outdir} was built for '{man.config}', which runs the application as an "
+                           "ordinary process", "build it for a UKL configuration (--config base)")
+        append.append(f"{profiles.KERNEL_PARAM}={','.join(opts)}")
     with tempfile.TemporaryDirectory(prefix="ukl-args-") as td:
         extra = initramfs.args_archive(app_args, Path(td), sh)
         res = vm.boot(vm.RunSpec(bzimage=a.outdir / "bzImage", initrds=[a.outdir / "initramfs.cpio", extra],
-                                 log=log, timeout=a.timeout, icount=a.icount, append=a.append,
+                                 log=log, timeout=a.timeout, icount=a.icount, append=append,
                                  forwards=forwards, tap=a.tap, smp=run_smp(a.smp, a.icount), verbose=a.verbose,
                                  interactive=a.shell, accel=None if a.accel == "auto" else a.accel))
     if res.failures:
@@ -410,10 +429,14 @@ def _configs(text: str) -> list[str]:
 
 def cmd_bench(a: argparse.Namespace) -> int:
     configs = _configs(a.configs)
-    report = bench.load_json(a.from_json) if a.from_json else bench.run(configs, a.icount, a.quick, a.timeout)
+    model_cpu = cyclemodel.cpu_choice(a.model, a.cpu)
+    report = bench.load_json(a.from_json) if a.from_json else bench.run(configs, a.icount, a.quick, a.timeout,
+                                                                         model_cpu)
+    if a.from_json and model_cpu:
+        report.model = cyclemodel.remodel(report.model, model_cpu)
     ui.err.print(f"machine: {report.machine}; accelerator: {report.accel}; kernels: "
                  + ", ".join(f"{c} {k}" for c, k in report.kernels.items()), markup=False)
-    ui.Console().print(bench.table(report))
+    ui.report_console().print(bench.table(report))
     if a.json:
         bench.save_json(report, a.json)
     if a.plot:
@@ -433,7 +456,7 @@ def cmd_bench_app(a: argparse.Namespace) -> int:
         reports = [appbench.run_app(n, configs, a.icount, a.requests, a.timeout, a.repeat)
                    for n in (appbench.names() if a.app == "apps" else [a.app])]
     for rep in reports:
-        ui.Console().print(appbench.table(rep))
+        ui.report_console().print(appbench.table(rep))
     if a.json:
         appbench.save_json(reports, a.json)
     if a.plot:
@@ -460,9 +483,9 @@ def _bench_app_host(a: argparse.Namespace, configs: list[str]) -> int:
         runs_done = [appbench.run_app(n, configs, False, None, a.timeout, a.repeat)
                      for n in (hostbench.run_to_completion() if a.app == "apps" else [])]
     for rep in reports:
-        ui.Console().print(hostbench.table(rep))
+        ui.report_console().print(hostbench.table(rep))
     for run in runs_done:
-        ui.Console().print(appbench.table(run))
+        ui.report_console().print(appbench.table(run))
     if a.json:
         hostbench.save_json(reports, runs_done, a.json)
     if a.plot:
@@ -482,7 +505,7 @@ def cmd_apptest(a: argparse.Namespace) -> int:
     table = Table("configuration", *verdicts, "finished", title=f"{a.name}: tests against the application")
     for o in outcomes:
         table.add_row(o.config, *(str(o.counts[v]) for v in verdicts), "yes" if o.finished else "no")
-    ui.Console().print(table)
+    ui.report_console().print(table)
     for o in outcomes:
         for line in o.failed:
             ui.warn(escape(f"{o.config}: {line}"))
@@ -498,7 +521,7 @@ def cmd_libc_tests(a: argparse.Namespace) -> int:
     table = Table("directory", "test", "result", "status", "seconds", title="glibc tests in ring 0")
     for o in outcomes:
         table.add_row(o.subdir, o.test, o.verdict, "-" if o.status is None else str(o.status), f"{o.seconds:.0f}")
-    ui.Console().print(table)
+    ui.report_console().print(table)
     unexplained = [o.test for o in outcomes if o.verdict == "FAIL" and o.test not in glibctests.EXPLAINED]
     n_pass = sum(o.verdict == "PASS" for o in outcomes)
     ui.info(f"{n_pass} of {len(outcomes)} pass; logs in {a.logs / 'logs'}")

@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ukltool import lock, sources, ui
+from ukltool import lock, profiles, sources, ui
 from ukltool import series as series_mod
 from ukltool.errors import UklError
 from ukltool.paths import CONFIG_DIR, PATCH_DIR, cache_dir
@@ -37,7 +37,25 @@ def config_names() -> list[str]:
 
 
 def fragments(name: str) -> list[Path]:
-    """vm-base.config, then the fragments named by `# ukl-extends: X` lines, then NAME."""
+    """vm-base.config, then the fragments named by `# ukl-extends: X` lines,
+    then NAME's; NAME may be a profile (CONFIG+OPTION...), whose options
+    need a UKL configuration."""
+    prof = profiles.parse(name)
+    chain = _fragments(prof.config)
+    if prof.opts and not _wanted(chain).get("CONFIG_UNIKERNEL_LINUX") == "y":
+        raise UklError(f"'{name}': UKL options need a configuration that links the application into the kernel",
+                       "use a UKL configuration, for example base+" + "+".join(prof.opts))
+    return chain
+
+
+def _wanted(frags: list[Path]) -> dict[str, str]:
+    wanted: dict[str, str] = {}
+    for f in frags:
+        wanted.update(parse_fragment(f.read_text()))
+    return wanted
+
+
+def _fragments(name: str) -> list[Path]:
     path = CONFIG_DIR / f"{name}.config"
     if name == Path(BASE_FRAGMENT).stem or not path.is_file():
         raise UklError(f"unknown configuration '{name}'",
@@ -46,7 +64,7 @@ def fragments(name: str) -> list[Path]:
     for line in path.read_text().splitlines():
         m = re.match(r"#\s*ukl-extends:\s*(\S+)", line)
         if m:
-            chain += [f for f in fragments(m.group(1)) if f not in chain]
+            chain += [f for f in _fragments(m.group(1)) if f not in chain]
     if not chain:
         chain = [CONFIG_DIR / BASE_FRAGMENT]
     return chain + [path]
@@ -145,11 +163,8 @@ def configure(tree: Path, bdir: Path, name: str, tree_key: str) -> None:
 
 
 def is_ukl(name: str) -> bool:
-    """Does configuration NAME link an application into the kernel?"""
-    wanted: dict[str, str] = {}
-    for f in fragments(name):
-        wanted.update(parse_fragment(f.read_text()))
-    return wanted.get("CONFIG_UNIKERNEL_LINUX") == "y"
+    """Does configuration (or profile) NAME link an application into the kernel?"""
+    return _wanted(fragments(name)).get("CONFIG_UNIKERNEL_LINUX") == "y"
 
 
 def build(name: str, app: Path | None = None) -> KernelImage:
@@ -159,6 +174,8 @@ def build(name: str, app: Path | None = None) -> KernelImage:
     brings the tree to a series) hold its lock: two checkouts with
     different series, or two test runs, take turns instead of building
     from a tree the other is rewriting."""
+    fragments(name)  # checks a profile's options
+    name = profiles.parse(name).config  # every profile of a configuration shares its kernel
     src, tree = sources.linux_tree()
     with lock.held(TREE_LOCK, "the kernel tree"):
         tree_key = sync_tree(tree)

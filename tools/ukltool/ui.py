@@ -10,9 +10,15 @@ from contextlib import contextmanager
 
 from rich.console import Console
 
-__all__ = ["Console", "err", "info", "warn", "step"]
+__all__ = ["Console", "err", "info", "warn", "step", "report_console"]
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def report_console() -> Console:
+    """Where result tables go: the terminal's width on a terminal; wide
+    enough elsewhere (a pipe, a log, a test) that no cell is cut short."""
+    return Console() if sys.stdout.isatty() else Console(width=320)
 
 
 def info(msg: str) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from ukltool import initramfs, logscan, protocol, ui
+from ukltool import initramfs, logscan, profiles, protocol, ui
 from ukltool.errors import UklError
 from ukltool.paths import cache_dir
 from ukltool.proc import capture, need_tool
@@ -45,6 +45,7 @@ class RunSpec:
     interactive: bool = False
     show: bool = True  # stream the application's output to stdout
     accel: str | None = None  # None: detect
+    plugins: list[str] = field(default_factory=list)  # TCG plugins: -plugin arguments (ukltool.plugin)
 
 
 @dataclass
@@ -144,6 +145,8 @@ def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path, status_file
     # from the application's output on the same console (logscan)
     append = ["console=ttyS0", f"loglevel={loglevel}", "printk.time=1", "panic=-1", "oops=panic",
               "nokaslr", "tsc=reliable", *spec.append]
+    if not any(w.startswith(profiles.KERNEL_PARAM + "=") for w in append):
+        append += profiles.image_kernel_args(spec.bzimage.parent)  # the image's profile
     if spec.icount and "norandmaps" not in append:
         append.append("norandmaps")  # random layouts change instruction counts
     cmd = [qemu, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
@@ -162,6 +165,10 @@ def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path, status_file
         # alone changes instruction counts), so that a run repeats exactly.
         cmd += ["-icount", "shift=0,sleep=off", "-seed", ICOUNT_SEED,
                 "-rtc", f"base={ICOUNT_DATE},clock=vm"]
+    for p in spec.plugins:
+        if accel != "tcg":
+            raise UklError("QEMU plugins need TCG", "run with --accel tcg (or --icount)")
+        cmd += ["-plugin", p]
     # Extra QEMU arguments for debugging (UKL_QEMU_ARGS="-s -S": gdb stub)
     cmd += shlex.split(os.environ.get("UKL_QEMU_ARGS", ""))
     if spec.tap:

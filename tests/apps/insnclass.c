@@ -1,0 +1,69 @@
+/*
+ * insnclass: a known mix of classed instructions inside a measured region,
+ * for tests/vm/test_cyclemodel.py (the QEMU plugin tools/plugin/insnclass.c
+ * must count exactly these). Freestanding; built for --config linux, where
+ * it runs in ring 3 (so no CLI/STI, WRMSR, MOV to CR*: those fault there).
+ *
+ *   insnclass     runs ROUNDS iterations of region REGION and prints
+ *                 "INSNCLASS region R rounds N xsave X" (X: 1 when XSAVE and
+ *                 XRSTOR ran, which needs CR4.OSXSAVE)
+ */
+#include "../../runtime/freestanding.h"
+#include "../../bench/region.h"
+
+#define REGION 7
+#define ROUNDS 10
+
+static unsigned char xbuf[4096] __attribute__((aligned(64)));
+
+static int osxsave(void)
+{
+	unsigned int a = 1, b, c = 0, d;
+
+	__asm__ volatile("cpuid" : "+a"(a), "=b"(b), "+c"(c), "=d"(d));
+	return !!(c & (1u << 27));
+}
+
+/* Per round: CPUID x3, RDTSCP x5, RDTSC x4, LFENCE x6, MFENCE x2,
+ * SFENCE x1, VERW x2, POPF x3, getppid() (SYSCALL, and in the kernel
+ * SWAPGS x2 and SYSRET), and XSAVE + XRSTOR when the kernel enabled them. */
+static void round_(int xsave)
+{
+	unsigned int a, b, c, d;
+	unsigned short sel;
+	unsigned long flags;
+
+	for (int i = 0; i < 3; i++) {
+		a = 0, c = 0;
+		__asm__ volatile("cpuid" : "+a"(a), "=b"(b), "+c"(c), "=d"(d));
+	}
+	for (int i = 0; i < 5; i++)
+		__asm__ volatile("rdtscp" : "=a"(a), "=d"(d), "=c"(c));
+	for (int i = 0; i < 4; i++)
+		__asm__ volatile("rdtsc" : "=a"(a), "=d"(d));
+	for (int i = 0; i < 6; i++)
+		__asm__ volatile("lfence" ::: "memory");
+	__asm__ volatile("mfence\n\tmfence\n\tsfence" ::: "memory");
+	__asm__ volatile("mov %%ss, %0" : "=r"(sel));
+	for (int i = 0; i < 2; i++)
+		__asm__ volatile("verw %0" : : "m"(sel) : "cc");	/* ring 3 may; sets ZF */
+	for (int i = 0; i < 3; i++)
+		__asm__ volatile("pushf\n\tpop %0\n\tpush %0\n\tpopf" : "=r"(flags) : : "cc", "memory");
+	sys0(__NR_getppid);
+	if (xsave)
+		__asm__ volatile("xsave64 %0\n\txrstor64 %0" : "+m"(xbuf) : "a"(3), "d"(0) : "memory");
+}
+
+int main(int argc, char **argv, char **envp)
+{
+	int xsave = osxsave();
+
+	(void)argc, (void)argv, (void)envp;
+	for (int r = 0; r < ROUNDS; r++) {
+		REGION_BEGIN(REGION);
+		round_(xsave);
+		REGION_END(REGION);
+	}
+	say("INSNCLASS region %d rounds %d xsave %d\n", REGION, ROUNDS, xsave);
+	return 0;
+}

@@ -1,0 +1,85 @@
+"""The QEMU plugin (tools/plugin/insnclass.c) in a real boot: a program
+executes a known mix of classed instructions in a measured region and the
+plugin must count exactly that, per class; and `ukl bench syscalls --model
+cycles` end to end."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from conftest import REPO, assert_clean, build, ukl
+from ukltool import cyclemodel, initramfs, plugin, vm
+
+SRC = REPO / "tests" / "apps" / "insnclass.c"
+REGION, ROUNDS = 7, 10
+# Per round (tests/apps/insnclass.c): in ring 3, and in the kernel's
+# getppid() path (linux: SYSCALL in, SWAPGS, STI in the entry work, CLI
+# before the exit, SWAPGS, SYSRET out).
+GETPPID = {"syscall": 1, "sysret": 1, "swapgs": 2, "sti": 1, "cli": 1}
+PER_ROUND = {"cpuid": 3, "rdtscp": 5, "rdtsc": 4, "lfence": 6, "mfence": 2, "sfence": 1, "verw": 2,
+             "popf": 3, **GETPPID}
+
+
+def boot_with_plugin(out: Path, report: Path) -> vm.RunResult:
+    with tempfile.TemporaryDirectory(prefix="ukl-test-") as td:
+        args = initramfs.args_archive([], Path(td))
+        return vm.boot(vm.RunSpec(bzimage=out / "bzImage", initrds=[out / "initramfs.cpio", args],
+                                  log=out / "console.log", timeout=300, icount=True, smp=1, show=False,
+                                  plugins=[plugin.option(plugin.build(), report)]))
+
+
+def test_the_plugin_counts_each_class_exactly(outdir):
+    out = build(SRC, "linux", outdir / "insnclass-linux", "--freestanding")
+    report = out / "insnclass.json"
+    res = boot_with_plugin(out, report)
+    console = (out / "console.log").read_text(errors="replace")
+    assert res.code == 0, console[-3000:]
+    assert_clean(out / "console.log")
+    line = next(ln for ln in console.splitlines() if ln.startswith("INSNCLASS "))
+    xsave = int(line.split()[-1])
+    assert line.startswith(f"INSNCLASS region {REGION} rounds {ROUNDS} ")
+    per_round = {**PER_ROUND, **({"xsave": 1, "xrstor": 1} if xsave else {})}
+
+    counts = cyclemodel.parse_report(report.read_text(), str(report))
+    assert counts.unbalanced == 0 and set(counts.regions) == {REGION}
+    r = counts.regions[REGION]
+    assert r.iterations == ROUNDS
+    # the typical round is exactly the program's mix (an interrupt that
+    # lands in a round adds its own entry and exit to that round only)
+    assert r.typical == per_round, (r.typical, per_round)
+    assert r.typical_iterations >= ROUNDS - 2
+    for cls, n in per_round.items():
+        assert r.counts.get(cls, 0) >= n * ROUNDS, cls
+    # ring-3 instructions the kernel does not execute: exact in the sums too
+    for cls in ("cpuid", "verw", "popf", "mfence", "sfence"):
+        assert r.counts[cls] == per_round[cls] * ROUNDS, cls
+    # the whole run: the boot executes many more, but never fewer
+    for cls, n in per_round.items():
+        assert counts.counts.get(cls, 0) >= n * ROUNDS, cls
+    assert counts.insns > r.insns > 0
+
+
+def test_bench_models_cycles_from_counts(tmp_path):
+    out = tmp_path / "bench.json"
+    res = ukl("bench", "syscalls", "--configs", "linux", "--icount", "--quick", "--model", "cycles",
+              "--json", out, "--markdown", tmp_path / "bench.md")
+    assert res.returncode == 0, res.stdout[-3000:]
+    data = json.loads(out.read_text())
+    model = data["model"]
+    assert model["cpu"] == cyclemodel.DEFAULT_CPU
+    by_op = {(oc["op"], oc["size"]): oc for oc in model["results"]["linux"]}
+    points = {(p["op"], p["size"]): p for p in data["results"]["linux"]}
+    assert set(by_op) == set(points)
+    getppid = by_op[("getppid", 0)]
+    # a null system call: one SYSCALL, one SYSRET, SWAPGS in and out; the
+    # timing's RDTSCPs are not the operation's
+    assert getppid["counts"] == GETPPID
+    assert getppid["iterations"] == points[("getppid", 0)]["n"]
+    md = (tmp_path / "bench.md").read_text()
+    assert f"linux modelled cycles (model: {cyclemodel.DEFAULT_CPU})" in md
+    extra = model["extra"]
+    want = points[("getppid", 0)]["median"] + sum(n * extra[c] for c, n in GETPPID.items())
+    row = next(line for line in md.splitlines() if line.startswith("| getppid |"))
+    assert row.endswith(f"| {want:.0f} |"), (row, want)

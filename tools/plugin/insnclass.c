@@ -1,0 +1,577 @@
+/*
+ * insnclass: a QEMU TCG plugin (API version 1, QEMU 7.2) that counts the
+ * guest's executed instructions by class -- SYSCALL, SYSRET, IRET, SWAPGS,
+ * WRMSR, MOV to CR3, VERW, fences, ... (insnclass.h lists them) -- in total
+ * and per measured region, for ukl's cycle model (tools/ukltool/cyclemodel.py,
+ * docs/cycle-model.md).
+ *
+ *   qemu-system-x86_64 ... -plugin insnclass.so,out=REPORT.json
+ *
+ * Each instruction is classified once, when QEMU translates it, by decoding
+ * its bytes (prefixes, REX, the 0F escape, the ModRM byte where the class
+ * depends on it). Executions are counted cheaply: all instructions by one
+ * inline add per translation block (exact with one vCPU; with several, a
+ * per-TB callback into per-vCPU counters, since QEMU's inline adds are not
+ * atomic), and a classed instruction -- rare -- by a callback into its
+ * vCPU's counters.
+ *
+ * Regions: the guest marks a region's begin and end with multi-byte NOPs
+ * (insnclass.h; bench/region.h emits them) that name the region, or that
+ * open the region a "select" marker named last. Per vCPU, what executes
+ * between a begin and the next end (any guest thread on that vCPU, the
+ * kernel and interrupts included, as under -icount) is added to that
+ * region; each begin..end is one iteration; a begin while a region is open
+ * starts it afresh. Per region the report gives the sums, the number of
+ * iterations and the most frequent per-iteration class vector (the mode:
+ * what a typical iteration executes, without the rare timer interrupt that
+ * the sums include).
+ *
+ * At exit QEMU calls our atexit callback, which writes a JSON report to the
+ * file given as out=PATH (through PATH.partial and a rename).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "insnclass.h"
+
+/* ---- the decoder (also built alone, -DINSNCLASS_DECODER_ONLY, for tests) ---- */
+
+static const char *const class_names[NCLASSES] = {
+#define X(name, str) [CLS_##name] = str,
+	INSN_CLASSES(X)
+#undef X
+};
+
+const char *insnclass_name(enum insn_class c)
+{
+	return c < NCLASSES ? class_names[c] : "?";
+}
+
+static struct insn_kind kind(enum insn_class c)
+{
+	struct insn_kind k = { .cls = c };
+
+	return k;
+}
+
+/* 0F 01: system instructions, chosen by the whole ModRM byte (mod 3) or
+ * by its reg field (memory forms). */
+static enum insn_class grp7(uint8_t modrm, int rep, int repne, int opsize)
+{
+	int mod = modrm >> 6, reg = (modrm >> 3) & 7;
+
+	if (reg == 6)
+		return CLS_MOV_CR_OTHER;	/* LMSW: writes CR0 */
+	if (mod != 3) {
+		switch (reg) {
+		case 2:				/* LGDT */
+		case 3:				/* LIDT */
+			return CLS_SERIALIZING;
+		case 7:
+			return CLS_INVLPG;
+		default:			/* SGDT, SIDT, SMSW */
+			return CLS_OTHER;
+		}
+	}
+	switch (modrm) {
+	case 0xf8:
+		return CLS_SWAPGS;
+	case 0xf9:
+		return CLS_RDTSCP;
+	case 0xca:				/* CLAC */
+	case 0xcb:				/* STAC */
+		return CLS_STAC_CLAC;
+	case 0xd1:				/* XSETBV */
+		return CLS_SERIALIZING;
+	case 0xe8:				/* SERIALIZE (F3: SETSSBSY) */
+		return rep || repne || opsize ? CLS_OTHER : CLS_SERIALIZING;
+	default:
+		return CLS_OTHER;
+	}
+}
+
+/* 0F AE: fences (register forms) and state save/restore (memory forms). */
+static enum insn_class grp15(uint8_t modrm, int rep, int repne, int opsize)
+{
+	int mod = modrm >> 6, reg = (modrm >> 3) & 7;
+
+	if (rep || repne)	/* RDFSBASE.., INCSSP, UMONITOR, UMWAIT, PTWRITE, ... */
+		return CLS_OTHER;
+	if (mod == 3) {
+		if (opsize)	/* TPAUSE, PCOMMIT */
+			return CLS_OTHER;
+		switch (reg) {
+		case 5:
+			return CLS_LFENCE;
+		case 6:
+			return CLS_MFENCE;
+		case 7:
+			return CLS_SFENCE;
+		default:
+			return CLS_OTHER;
+		}
+	}
+	if (opsize)		/* CLWB, CLFLUSHOPT */
+		return CLS_OTHER;
+	switch (reg) {
+	case 4:			/* XSAVE, XSAVE64 */
+	case 6:			/* XSAVEOPT, XSAVEOPT64 */
+		return CLS_XSAVE;
+	case 5:			/* XRSTOR, XRSTOR64 */
+		return CLS_XRSTOR;
+	default:		/* FXSAVE, FXRSTOR, LDMXCSR, STMXCSR, CLFLUSH */
+		return CLS_OTHER;
+	}
+}
+
+struct insn_kind insnclass_decode(const uint8_t *d, size_t len)
+{
+	int opsize = 0, rep = 0, repne = 0;
+	unsigned int rex = 0;
+	size_t i = 0;
+
+	if (len == 7 && d[0] == 0x0f && d[1] == 0x1f && d[2] == 0x80 &&
+	    d[5] == (REGION_MAGIC >> 16 & 0xff) && d[6] == (REGION_MAGIC >> 24 & 0xff)) {
+		struct insn_kind k = { .cls = CLS_OTHER };
+		unsigned int low = d[3] | (unsigned int)d[4] << 8;
+
+		k.region = low & (REGION_MAX - 1);
+		switch (low & ~(REGION_MAX - 1)) {
+		case MARK_BEGIN_ID:
+			k.marker = MARK_BEGIN;
+			break;
+		case MARK_END_ID:
+			k.marker = MARK_END;
+			break;
+		case MARK_SELECT_ID:
+			k.marker = MARK_SELECT;
+			break;
+		default:
+			k.region = 0;
+			k.selected = 1;
+			k.marker = low == MARK_BEGIN_SELECTED ? MARK_BEGIN
+				: low == MARK_END_OPEN ? MARK_END : MARK_NONE;
+		}
+		return k;
+	}
+	/* Legacy prefixes, then at most one REX right before the opcode (a
+	 * REX followed by a legacy prefix is ignored, as by the CPU). */
+	for (; i < len; i++) {
+		uint8_t b = d[i];
+
+		if (b == 0x66)
+			opsize = 1;
+		else if (b == 0xf3)
+			rep = 1, repne = 0;
+		else if (b == 0xf2)
+			repne = 1, rep = 0;
+		else if (b == 0x67 || b == 0xf0 || b == 0x26 || b == 0x2e || b == 0x36 || b == 0x3e ||
+			 b == 0x64 || b == 0x65)
+			;
+		else if ((b & 0xf0) == 0x40) {
+			rex = b;
+			continue;
+		} else
+			break;
+		rex = 0;
+	}
+	if (i >= len)
+		return kind(CLS_OTHER);
+	switch (d[i]) {
+	case 0xcf:
+		return kind(CLS_IRET);
+	case 0x9d:
+		return kind(CLS_POPF);
+	case 0xfa:
+		return kind(CLS_CLI);
+	case 0xfb:
+		return kind(CLS_STI);
+	case 0x0f:
+		break;
+	default:		/* incl. VEX (C4, C5), EVEX (62), XOP (8F): none is classed */
+		return kind(CLS_OTHER);
+	}
+	if (++i >= len)
+		return kind(CLS_OTHER);
+	uint8_t op = d[i++];
+	uint8_t modrm = i < len ? d[i] : 0;
+	int reg = (modrm >> 3) & 7;
+	int has_modrm = i < len;
+
+	switch (op) {
+	case 0x05:
+		return kind(CLS_SYSCALL);
+	case 0x07:
+		return kind(CLS_SYSRET);
+	case 0x30:
+		return kind(CLS_WRMSR);
+	case 0x32:
+		return kind(CLS_RDMSR);
+	case 0x31:
+		return kind(CLS_RDTSC);
+	case 0xa2:
+		return kind(CLS_CPUID);
+	case 0x06:		/* CLTS: clears CR0.TS */
+		return kind(CLS_MOV_CR_OTHER);
+	case 0x08:		/* INVD */
+	case 0x09:		/* WBINVD (F3: WBNOINVD) */
+	case 0x23:		/* MOV to DRn */
+	case 0xaa:		/* RSM */
+		return kind(CLS_SERIALIZING);
+	case 0x22:		/* MOV to CRn: n from ModRM.reg and REX.R */
+		if (!has_modrm)
+			return kind(CLS_OTHER);
+		switch (reg | (rex & 4 ? 8 : 0)) {
+		case 3:
+			return kind(CLS_MOV_CR3);
+		case 4:
+			return kind(CLS_MOV_CR4);
+		case 8:		/* CR8 (TPR): not serializing */
+			return kind(CLS_OTHER);
+		default:
+			return kind(CLS_MOV_CR_OTHER);
+		}
+	case 0x00:		/* group 6 */
+		if (!has_modrm)
+			return kind(CLS_OTHER);
+		if (reg == 5)
+			return kind(CLS_VERW);
+		if (reg == 2 || reg == 3)	/* LLDT, LTR */
+			return kind(CLS_SERIALIZING);
+		return kind(CLS_OTHER);
+	case 0x01:
+		return has_modrm ? kind(grp7(modrm, rep, repne, opsize)) : kind(CLS_OTHER);
+	case 0xae:
+		return has_modrm ? kind(grp15(modrm, rep, repne, opsize)) : kind(CLS_OTHER);
+	case 0xc7:		/* group 9, memory forms */
+		if (!has_modrm || modrm >> 6 == 3 || rep || repne || opsize)
+			return kind(CLS_OTHER);
+		if (reg == 3)	/* XRSTORS */
+			return kind(CLS_XRSTOR);
+		if (reg == 4 || reg == 5)	/* XSAVEC, XSAVES */
+			return kind(CLS_XSAVE);
+		return kind(CLS_OTHER);
+	case 0x38:		/* 66 0F 38 82: INVPCID */
+		if (opsize && !rep && !repne && has_modrm && modrm == 0x82)
+			return kind(CLS_INVPCID);
+		return kind(CLS_OTHER);
+	default:
+		return kind(CLS_OTHER);
+	}
+}
+
+#ifndef INSNCLASS_DECODER_ONLY
+#include "qemu-plugin-api.h"
+
+QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
+
+#define MAX_MODES 8	/* distinct per-iteration vectors kept per region */
+
+struct vcpu {
+	uint64_t insns;			/* all instructions (per-TB callback mode) */
+	uint64_t cls[NCLASSES];		/* classed instructions */
+	int region;			/* the open region, -1 if none */
+	uint64_t begin_insns, begin_cls[NCLASSES];
+} __attribute__((aligned(64)));
+
+struct mode {
+	uint64_t n;
+	uint32_t cls[NCLASSES];
+};
+
+struct region {
+	uint64_t iterations, insns, insns_min, insns_max;
+	uint64_t cls[NCLASSES];
+	struct mode modes[MAX_MODES];
+	int nmodes;
+	uint64_t unmoded;		/* iterations whose vector found no free slot */
+};
+
+static struct vcpu *vcpus;
+static unsigned int nvcpus;
+static int use_inline;
+static uint64_t inline_insns;		/* all instructions (inline mode: one vCPU) */
+static struct region *regions[REGION_MAX];
+static int selected = -1;		/* for "begin selected" markers (global) */
+static uint64_t unbalanced, restarted, unselected;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static char *out_path;
+
+static struct vcpu *vcpu(unsigned int index)
+{
+	return &vcpus[index < nvcpus ? index : nvcpus - 1];
+}
+
+/* Instructions this vCPU has executed before the instruction whose callback
+ * runs now, `left` instructions before its TB's end: the TB's count was
+ * added when the TB began. */
+static uint64_t insns_now(struct vcpu *v, uint64_t left)
+{
+	return (use_inline ? inline_insns : v->insns) - left;
+}
+
+static void on_tb(unsigned int index, void *n)
+{
+	vcpu(index)->insns += (uintptr_t)n;
+}
+
+static void on_classed(unsigned int index, void *cls)
+{
+	vcpu(index)->cls[(uintptr_t)cls]++;
+}
+
+static void add_iteration(unsigned int id, uint64_t insns, const uint64_t *cls)
+{
+	struct region *r = regions[id];
+	uint32_t vec[NCLASSES];
+	int m;
+
+	if (!r) {
+		r = calloc(1, sizeof(*r));
+		if (!r)
+			return;
+		r->insns_min = UINT64_MAX;
+		regions[id] = r;
+	}
+	r->iterations++;
+	r->insns += insns;
+	if (insns < r->insns_min)
+		r->insns_min = insns;
+	if (insns > r->insns_max)
+		r->insns_max = insns;
+	for (int c = 0; c < NCLASSES; c++) {
+		r->cls[c] += cls[c];
+		vec[c] = cls[c] > UINT32_MAX ? UINT32_MAX : (uint32_t)cls[c];
+	}
+	vec[CLS_OTHER] = 0;	/* "other" varies with every path: not part of the vector */
+	for (m = 0; m < r->nmodes; m++)
+		if (!memcmp(r->modes[m].cls, vec, sizeof(vec)))
+			break;
+	if (m == r->nmodes) {
+		if (m == MAX_MODES) {
+			r->unmoded++;
+			return;
+		}
+		memcpy(r->modes[m].cls, vec, sizeof(vec));
+		r->nmodes++;
+	}
+	r->modes[m].n++;
+}
+
+/* udata of a marker: enum marker | selected << 2 | id << 3 | instructions
+ * left in its TB << 20 */
+#define UD_LEFT_SHIFT 20
+
+static void on_marker(unsigned int index, void *udata)
+{
+	uintptr_t u = (uintptr_t)udata;
+	enum marker kind = u & 3;
+	int id = (int)(u >> 3 & (REGION_MAX - 1));
+	struct vcpu *v = vcpu(index);
+	uint64_t now = insns_now(v, u >> UD_LEFT_SHIFT);
+
+	if (kind == MARK_SELECT) {
+		__atomic_store_n(&selected, id, __ATOMIC_RELAXED);
+		return;
+	}
+	if (kind == MARK_BEGIN) {
+		if (u & 4) {
+			id = __atomic_load_n(&selected, __ATOMIC_RELAXED);
+			if (id < 0) {
+				__atomic_fetch_add(&unselected, 1, __ATOMIC_RELAXED);
+				return;
+			}
+		}
+		/* A begin while a region is open starts it afresh: the earlier
+		 * begin had no end (a warm-up iteration, say). */
+		if (v->region >= 0)
+			__atomic_fetch_add(&restarted, 1, __ATOMIC_RELAXED);
+		v->region = id;
+		v->begin_insns = now;
+		memcpy(v->begin_cls, v->cls, sizeof(v->cls));
+		return;
+	}
+	if (v->region < 0 || (!(u & 4) && v->region != id)) {
+		__atomic_fetch_add(&unbalanced, 1, __ATOMIC_RELAXED);
+		v->region = -1;
+		return;
+	}
+	id = v->region;
+	uint64_t d[NCLASSES];
+
+	for (int c = 0; c < NCLASSES; c++)
+		d[c] = v->cls[c] - v->begin_cls[c];
+	/* "other" = all instructions but the classed ones */
+	uint64_t all = now - v->begin_insns, classed = 0;
+
+	for (int c = 0; c < CLS_OTHER; c++)
+		classed += d[c];
+	d[CLS_OTHER] = all > classed ? all - classed : 0;
+	pthread_mutex_lock(&lock);
+	add_iteration((unsigned int)id, all, d);
+	pthread_mutex_unlock(&lock);
+	v->region = -1;
+}
+
+static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
+{
+	size_t n = qemu_plugin_tb_n_insns(tb);
+
+	(void)id;
+	if (use_inline)
+		qemu_plugin_register_vcpu_tb_exec_inline(tb, QEMU_PLUGIN_INLINE_ADD_U64, &inline_insns, n);
+	else
+		qemu_plugin_register_vcpu_tb_exec_cb(tb, on_tb, QEMU_PLUGIN_CB_NO_REGS, (void *)(uintptr_t)n);
+	for (size_t i = 0; i < n; i++) {
+		struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
+		struct insn_kind k = insnclass_decode(qemu_plugin_insn_data(insn), qemu_plugin_insn_size(insn));
+
+		if (k.marker != MARK_NONE) {
+			uintptr_t u = (uintptr_t)k.marker | (uintptr_t)!!k.selected << 2 | (uintptr_t)k.region << 3
+				| (uintptr_t)(n - i) << UD_LEFT_SHIFT;
+
+			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_marker, QEMU_PLUGIN_CB_NO_REGS, (void *)u);
+		} else if (k.cls != CLS_OTHER) {
+			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_classed, QEMU_PLUGIN_CB_NO_REGS,
+							       (void *)(uintptr_t)k.cls);
+		}
+	}
+}
+
+static void put_counts(FILE *f, const uint64_t *cls)
+{
+	int first = 1;
+
+	fputc('{', f);
+	for (int c = 0; c < NCLASSES; c++)
+		if (cls[c]) {
+			fprintf(f, "%s\"%s\": %llu", first ? "" : ", ", class_names[c], (unsigned long long)cls[c]);
+			first = 0;
+		}
+	fputc('}', f);
+}
+
+static void write_report(qemu_plugin_id_t id, void *udata)
+{
+	uint64_t total[NCLASSES] = { 0 }, outside[NCLASSES], insns = 0, in_regions = 0;
+	char *tmp;
+	FILE *f;
+	int first = 1;
+
+	(void)id;
+	(void)udata;
+	for (unsigned int v = 0; v < nvcpus; v++) {
+		insns += vcpus[v].insns;
+		for (int c = 0; c < NCLASSES; c++)
+			total[c] += vcpus[v].cls[c];
+	}
+	if (use_inline)
+		insns = inline_insns;
+	uint64_t classed = 0;
+
+	for (int c = 0; c < CLS_OTHER; c++)
+		classed += total[c];
+	total[CLS_OTHER] = insns > classed ? insns - classed : 0;
+	memcpy(outside, total, sizeof(total));
+	for (unsigned int r = 0; r < REGION_MAX; r++)
+		if (regions[r]) {
+			in_regions += regions[r]->insns;
+			for (int c = 0; c < NCLASSES; c++)
+				outside[c] -= outside[c] >= regions[r]->cls[c] ? regions[r]->cls[c] : outside[c];
+		}
+	if (asprintf(&tmp, "%s.partial", out_path) < 0)
+		return;
+	f = fopen(tmp, "w");
+	if (!f) {
+		fprintf(stderr, "insnclass: cannot write %s: %s\n", tmp, strerror(errno));
+		free(tmp);
+		return;
+	}
+	fprintf(f, "{\"plugin\": \"insnclass\", \"format\": 1, \"vcpus\": %u, \"inline\": %s,\n \"classes\": [",
+		nvcpus, use_inline ? "true" : "false");
+	for (int c = 0; c < NCLASSES; c++)
+		fprintf(f, "%s\"%s\"", c ? ", " : "", class_names[c]);
+	fprintf(f, "],\n \"unbalanced\": %llu, \"restarted\": %llu, \"unselected\": %llu,\n"
+		" \"total\": {\"insns\": %llu, \"counts\": ", (unsigned long long)unbalanced,
+		(unsigned long long)restarted, (unsigned long long)unselected, (unsigned long long)insns);
+	put_counts(f, total);
+	fprintf(f, "},\n \"outside\": {\"insns\": %llu, \"counts\": ",
+		(unsigned long long)(insns > in_regions ? insns - in_regions : 0));
+	put_counts(f, outside);
+	fprintf(f, "},\n \"regions\": [");
+	for (unsigned int r = 0; r < REGION_MAX; r++) {
+		struct region *g = regions[r];
+		int best = 0;
+
+		if (!g)
+			continue;
+		for (int m = 1; m < g->nmodes; m++)
+			if (g->modes[m].n > g->modes[best].n)
+				best = m;
+		fprintf(f, "%s\n  {\"id\": %u, \"iterations\": %llu, \"insns\": %llu, \"insns_min\": %llu, "
+			"\"insns_max\": %llu, \"counts\": ", first ? "" : ",", r,
+			(unsigned long long)g->iterations, (unsigned long long)g->insns,
+			(unsigned long long)g->insns_min, (unsigned long long)g->insns_max);
+		put_counts(f, g->cls);
+		if (g->nmodes) {
+			uint64_t vec[NCLASSES];
+
+			for (int c = 0; c < NCLASSES; c++)
+				vec[c] = g->modes[best].cls[c];
+			fprintf(f, ", \"mode\": {\"iterations\": %llu, \"counts\": ",
+				(unsigned long long)g->modes[best].n);
+			put_counts(f, vec);
+			fputc('}', f);
+		}
+		fprintf(f, ", \"distinct\": %d, \"unmoded\": %llu}", g->nmodes, (unsigned long long)g->unmoded);
+		first = 0;
+	}
+	fprintf(f, "%s]}\n", first ? "" : "\n ");
+	if (fclose(f) != 0 || rename(tmp, out_path) != 0)
+		fprintf(stderr, "insnclass: cannot write %s: %s\n", out_path, strerror(errno));
+	free(tmp);
+}
+
+QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc,
+					   char **argv)
+{
+	int inline_arg = -1;	/* -1: inline exactly when there is one vCPU */
+
+	for (int i = 0; i < argc; i++) {
+		if (!strncmp(argv[i], "out=", 4) && argv[i][4])
+			out_path = argv[i] + 4;
+		else if (!strcmp(argv[i], "inline=on"))
+			inline_arg = 1;
+		else if (!strcmp(argv[i], "inline=off"))
+			inline_arg = 0;
+		else {
+			fprintf(stderr, "insnclass: unknown argument '%s' (out=PATH, inline=on|off)\n", argv[i]);
+			return -1;
+		}
+	}
+	if (!out_path) {
+		fprintf(stderr, "insnclass: give the report's path: -plugin insnclass.so,out=PATH\n");
+		return -1;
+	}
+	if (strcmp(info->target_name, "x86_64") != 0) {
+		fprintf(stderr, "insnclass: decodes x86-64 only, not %s\n", info->target_name);
+		return -1;
+	}
+	/* user mode has a vCPU per guest thread, system emulation max_vcpus */
+	nvcpus = info->system_emulation && info->system.max_vcpus > 0 ? (unsigned int)info->system.max_vcpus : 64;
+	vcpus = calloc(nvcpus, sizeof(*vcpus));
+	if (!vcpus)
+		return -1;
+	for (unsigned int v = 0; v < nvcpus; v++)
+		vcpus[v].region = -1;
+	use_inline = inline_arg >= 0 ? inline_arg
+		: info->system_emulation && info->system.max_vcpus == 1;
+	qemu_plugin_register_vcpu_tb_trans_cb(id, on_translate);
+	qemu_plugin_register_atexit_cb(id, write_report, NULL);
+	return 0;
+}
+#endif
