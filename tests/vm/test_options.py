@@ -25,13 +25,25 @@ def start_opts(profile: str) -> int:
     return sum(BITS[o] for o in profile.split("+")[1:])
 
 
+@pytest.fixture(scope="module")
+def images(outdir):
+    """One image per profile, shared by the tests that boot it."""
+    built: dict[str, object] = {}
+
+    def get(config: str):
+        if config not in built:
+            built[config] = build(SRC, config, outdir / f"opts-{config}")
+        return built[config]
+    return get
+
+
 def app_lines(stdout: str) -> list[str]:
     return [line for line in stdout.splitlines() if not line.startswith(("ukl:", "ukl-init:"))]
 
 
 @pytest.mark.parametrize("config", BYP)
-def test_threads_set_clear_and_inherit_their_options(outdir, config):
-    image = build(SRC, config, outdir / f"opts-{config}")
+def test_threads_set_clear_and_inherit_their_options(images, config):
+    image = images(config)
     res = ukl("run", image, "--timeout", "300", "--", "calls")
     assert res.returncode == 0, res.stdout
     s = start_opts(config)
@@ -44,8 +56,8 @@ def test_threads_set_clear_and_inherit_their_options(outdir, config):
 
 
 @pytest.mark.parametrize("config", BYP)
-def test_work_made_pending_by_a_bypassed_call_is_done_on_its_return(outdir, config):
-    image = build(SRC, config, outdir / f"opts-{config}")
+def test_work_made_pending_by_a_bypassed_call_is_done_on_its_return(images, config):
+    image = images(config)
     res = ukl("run", image, "--timeout", "600", "--", "work")
     assert res.returncode == 0, res.stdout
     assert app_lines(res.stdout) == [
@@ -56,14 +68,14 @@ def test_work_made_pending_by_a_bypassed_call_is_done_on_its_return(outdir, conf
 
 
 @pytest.mark.parametrize("config", PLAIN)
-def test_run_opts_chooses_the_options_of_one_boot(outdir, config):
-    image = build(SRC, config, outdir / f"opts-{config}")
+def test_run_opts_chooses_the_options_of_one_boot(images, config):
+    image = images(config)
     for opts, want in ((None, "opts: 0"), ("byp", "opts: 1"), ("byp,byp-every=3", "opts: 1"), ("ret", "opts: 2"),
                        ("ret,byp", "opts: 3"), ("", "opts: 0")):
         args = [] if opts is None else ["--opts", opts]
         res = ukl("run", image, *args, "--", "show")
         assert res.returncode == 0 and app_lines(res.stdout) == [want], (opts, res.stdout)
-    byp = build(SRC, f"{config}+byp", outdir / f"opts-{config}+byp")
+    byp = images(f"{config}+byp")
     assert json.loads((byp / "manifest.json").read_text())["config"] == f"{config}+byp"
     res = ukl("run", byp, "--opts", "", "--", "show")
     assert res.returncode == 0 and app_lines(res.stdout) == ["opts: 0"], res.stdout
