@@ -38,6 +38,8 @@
 #ifndef UKL_CALL_H
 #define UKL_CALL_H
 
+#include <errno.h>
+
 /* The system call number of a direct call (the kernel's asm/ukl.h) */
 #define UKL_NR_CALL 0x10000
 
@@ -99,6 +101,52 @@ static inline long ukl_opts(unsigned long set, unsigned long clear)
 			  : "0"((long)UKL_NR_OPTS), "D"(set), "S"(clear)
 			  : "rcx", "r11", "memory");
 	return ret;
+}
+
+/*
+ * Run to completion (Documentation/ukl, "Run to completion"):
+ *
+ *	long ukl_rtc_begin(long max_us)
+ *	long ukl_rtc_end(void)
+ *
+ * Between them the calling thread is not preempted when it is interrupted
+ * (interrupts are still handled), and signals wait for the end, except
+ * fatal ones (SIGKILL), synchronous ones (SIGSEGV, SIGBUS, SIGILL,
+ * SIGTRAP, SIGFPE, SIGSYS) and those that interrupt a blocking system
+ * call. The thread's own system calls stay preemptible as the kernel is.
+ * The run ends anyway after @max_us microseconds (at most the kernel's
+ * limit, ukl.opts=rtc-max-us=N, default 10000), so a thread cannot hold a
+ * CPU for ever.
+ *
+ * ukl_rtc_begin() returns the bound granted in microseconds, -EBUSY if the
+ * thread already runs to completion, -EINVAL for @max_us <= 0.
+ * ukl_rtc_end() returns 0, or -ETIME if the bound had passed (the thread
+ * was preemptible from then on), or -EINVAL if no run was begun; deferred
+ * rescheduling and signals happen before it returns. New threads and
+ * children do not inherit a run. In an ordinary process both do nothing
+ * and return -ENOSYS.
+ */
+#define UKL_NR_RTC 0x10002
+
+static inline long ukl_rtc_(long max_us)
+{
+	long ret;
+
+	__asm__ volatile ("syscall"
+			  : "=a"(ret)
+			  : "0"((long)UKL_NR_RTC), "D"(max_us)
+			  : "rcx", "r11", "memory");
+	return ret;
+}
+
+static inline long ukl_rtc_begin(long max_us)
+{
+	return max_us > 0 ? ukl_rtc_(max_us) : -EINVAL;
+}
+
+static inline long ukl_rtc_end(void)
+{
+	return ukl_rtc_(0);
 }
 
 #endif /* UKL_CALL_H */

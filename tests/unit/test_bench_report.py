@@ -44,3 +44,20 @@ def test_rows_table_and_markdown():
     assert "| getppid |  | 200 (210) | 150 (160) | -25.0% |" in md
     assert "one guest instruction" in md and "norandmaps" in md
     assert bench.table(r).row_count == 2
+
+
+def test_improvement_in_instructions_and_modelled_cycles(tmp_path):
+    r = report(linux=RUN, base=RUN.replace("200 210", "150 160").replace("1000 1100", "1100 1200"))
+    assert bench.improvement(r, "getppid", "base") == ([0], [25.0])
+    assert bench.improvement(r, "read", "base") == ([1], [-10.0])
+    assert bench.improvement(r, "getppid", "base", "cycles") == ([], [])  # no model
+    from ukltool import cyclemodel
+    r.model = cyclemodel.Model("cpu", "A CPU", {"SYSCALL": 50.0, "IRET": 100.0})
+    r.model.results = {
+        "linux": [cyclemodel.OpCounts("getppid", 0, 1000, {"SYSCALL": 1}, {}, 1.0, 0.0)],
+        "base": [cyclemodel.OpCounts("getppid", 0, 1000, {}, {}, 1.0, 0.0)]}
+    # linux 200 + 50, base 150: 40% fewer modelled cycles; read has no counts
+    assert bench.improvement(r, "getppid", "base", "cycles") == ([0], [40.0])
+    assert bench.improvement(r, "read", "base", "cycles") == ([], [])
+    bench.plot(r, tmp_path / "p.png")
+    assert (tmp_path / "p.png").stat().st_size > 10000

@@ -9,7 +9,8 @@ import pytest
 from ukltool import profiles
 from ukltool.errors import UklError
 
-TABLE = {"byp": profiles.Option("byp", "bypass", False), "byp-every": profiles.Option("byp-every", "n", True)}
+TABLE = {"byp": profiles.Option("byp", "bypass", False), "byp-every": profiles.Option("byp-every", "n", True),
+         "rtc-max-us": profiles.Option("rtc-max-us", "us", True, 1000)}
 
 
 def test_a_profile_is_a_configuration_and_options_in_order():
@@ -22,6 +23,7 @@ def test_a_profile_is_a_configuration_and_options_in_order():
 @pytest.mark.parametrize("words,message", [
     (["nope"], "unknown"), (["byp", "byp"], "twice"), (["byp=1"], "switch"), (["byp-every"], "needs a value"),
     (["byp-every=-1"], "whole number"), (["byp-every=x"], "whole number"), (["byp-every=1000000000"], "whole"),
+    (["rtc-max-us=1001"], "from 1 to 1000$"), (["rtc-max-us=0"], "from 1 to 1000$"),
 ])
 def test_bad_option_words(words, message):
     with pytest.raises(UklError, match=message):
@@ -31,6 +33,7 @@ def test_bad_option_words(words, message):
 def test_opts_argument_and_empty():
     assert profiles.opts_arg(" byp , byp-every=2 ", TABLE) == ("byp", "byp-every=2")
     assert profiles.opts_arg("", TABLE) == ()
+    assert profiles.opts_arg("rtc-max-us=1000", TABLE) == ("rtc-max-us=1000",)
 
 
 def test_the_option_table_is_checked(tmp_path):
@@ -45,6 +48,11 @@ def test_the_option_table_is_checked(tmp_path):
     bad.write_text("[x\n")
     with pytest.raises(UklError, match="cannot read"):
         profiles.options(bad)
+    for maximum in ("0", "'9'", "true", "1000000000"):
+        bad.write_text(f"[x]\nsummary = 's'\nparam = true\nmax = {maximum}\n")
+        with pytest.raises(UklError, match="max must be a whole number"):
+            profiles.options(bad)
+    assert profiles.options()["rtc-max-us"].maximum == 1000000
 
 
 def test_an_image_passes_its_profile(tmp_path):

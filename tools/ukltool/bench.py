@@ -207,42 +207,87 @@ NOTES = """## Reading these numbers
   no operation slower than `linux`."""
 
 
+def metric_value(report: Report, config: str, point: Point, metric: str) -> float | None:
+    """A point's median in guest instructions, or its modelled cycles
+    (None where the report has no model for it)."""
+    if metric == "instructions":
+        return float(point.median)
+    oc = report.model.counts(config, point.op, point.size) if report.model else None
+    return cyclemodel.cycles(point.median, oc.counts, report.model.extra) if report.model and oc else None
+
+
+def improvement(report: Report, op: str, config: str, metric: str = "instructions") -> tuple[list[int], list[float]]:
+    """Per size of @op, the improvement of @config over linux in percent
+    (positive: fewer instructions or modelled cycles), as the dissertation's
+    figures show it; sizes without both values are left out."""
+    base = {p.size: p for p in report.results[BASELINE] if p.op == op}
+    sizes, pct = [], []
+    for p in sorted((p for p in report.results[config] if p.op == op), key=lambda p: p.size):
+        b = base.get(p.size)
+        v = metric_value(report, config, p, metric)
+        bv = metric_value(report, BASELINE, b, metric) if b else None
+        if v is not None and bv:
+            sizes.append(p.size)
+            pct.append((bv - v) * 100.0 / bv)
+    return sizes, pct
+
+
 def plot(report: Report, path: Path) -> None:
+    """In the dissertation's style (Figs. 6.1-6.3): latency against payload,
+    and under it each configuration's improvement over linux, shaded; then
+    the improvement for the fixed-size operations, in instructions and, with
+    a model, modelled cycles."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig = plt.figure(figsize=(12, 13))
-    grid = fig.add_gridspec(3, 2)
-    base = {(p.op, p.size): p for p in report.results[BASELINE]}
+    metrics = ["instructions", "cycles"] if report.model else ["instructions"]
+    others = [c for c in report.configs if c != BASELINE]
+    colors = {c: f"C{i}" for i, c in enumerate(report.configs)}
+    unit = report.unit.split(" (")[0]
+    fig = plt.figure(figsize=(13, 10 + 3.2 * len(metrics)))
+    grid = fig.add_gridspec(6 + len(metrics), 2, height_ratios=[2, 1, 0.25, 2, 1, 0.25] + [1.6] * len(metrics))
     for i, op in enumerate(SIZED_OPS):
-        ax = fig.add_subplot(grid[i // 2, i % 2])
-        ax2 = ax.twinx()
+        row, col = 3 * (i // 2), i % 2
+        ax = fig.add_subplot(grid[row, col])
         for c in report.configs:
             pts = sorted((p for p in report.results[c] if p.op == op), key=lambda p: p.size)
-            ax.plot([p.size for p in pts], [p.median for p in pts], marker=".", label=c)
-            if c != BASELINE:
-                ax2.plot([p.size for p in pts], [-change(base[(op, p.size)].median, p.median) for p in pts],
-                         linestyle=":", label=f"{c} improvement")
-        ax.set_title(op)
-        ax.set_xlabel("bytes")
-        ax.set_ylabel(f"median ({report.unit.split(' (')[0]})")
-        ax2.set_ylabel("% improvement vs linux")
-        ax.legend(loc="upper left", fontsize=8)
-        ax2.legend(loc="lower right", fontsize=8)
-    ax = fig.add_subplot(grid[2, :])
-    width = 0.8 / len(report.configs)
-    for j, c in enumerate(report.configs):
-        by_key = {(p.op, p.size): p for p in report.results[c]}
-        vals = [by_key[k].median if k in by_key else 0 for k in SMALL_OPS]
-        ax.bar([x + j * width for x in range(len(SMALL_OPS))], vals, width, label=c)
-    ax.set_xticks([x + width * (len(report.configs) - 1) / 2 for x in range(len(SMALL_OPS))])
-    ax.set_xticklabels([f"{op} {s}" if s else op for op, s in SMALL_OPS], rotation=20, fontsize=8)
-    ax.set_yscale("log")
-    ax.set_ylabel(f"median ({report.unit.split(' (')[0]})")
-    ax.legend()
+            ax.plot([p.size for p in pts], [p.median for p in pts], color=colors[c], label=c,
+                    linewidth=2.2 if c == BASELINE else 1.2)
+        ax.set_title(f"{op}: latency against payload")
+        ax.set_ylabel(f"median ({unit})")
+        ax.legend(fontsize=7, loc="upper left")
+        imp = fig.add_subplot(grid[row + 1, col], sharex=ax)
+        for c in others:
+            for metric in metrics:
+                sizes, pct = improvement(report, op, c, metric)
+                style = "-" if metric == "instructions" else "--"
+                imp.plot(sizes, pct, style, color=colors[c], linewidth=1,
+                         label=f"{c} ({'modelled cycles' if metric == 'cycles' else 'instructions'})")
+                if metric == "instructions":
+                    imp.fill_between(sizes, pct, 0, color=colors[c], alpha=0.15)
+        imp.axhline(0, color="black", linewidth=0.6)
+        imp.set_xlabel("bytes")
+        imp.set_ylabel("% better than linux")
+        imp.legend(fontsize=6, loc="best", ncol=2)
+    labels = [f"{op} {s}" if s else op for op, s in SMALL_OPS]
+    width = 0.8 / max(1, len(others))
+    for k, metric in enumerate(metrics):
+        ax = fig.add_subplot(grid[6 + k, :])
+        for j, c in enumerate(others):
+            vals = []
+            for op, size in SMALL_OPS:
+                sizes, pct = improvement(report, op, c, metric)
+                vals.append(pct[sizes.index(size)] if size in sizes else 0.0)
+            ax.bar([x + j * width for x in range(len(SMALL_OPS))], vals, width, label=c, color=colors[c])
+        ax.axhline(0, color="black", linewidth=0.6)
+        ax.set_xticks([x + width * (len(others) - 1) / 2 for x in range(len(SMALL_OPS))])
+        ax.set_xticklabels(labels, rotation=15, fontsize=8)
+        what = f"modelled cycles ({report.model.cpu}, a model)" if metric == "cycles" and report.model else unit
+        ax.set_ylabel(f"% better than linux\n({what})", fontsize=8)
+        ax.legend(fontsize=7, ncol=len(others))
     fig.suptitle(f"LEBench-style latency, {', '.join(report.configs)} ({report.accel.upper()}"
-                 f"{', icount' if report.icount else ''})")
+                 f"{', icount' if report.icount else ''}); improvement over linux shaded")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

@@ -28,6 +28,7 @@ class Option:
     name: str
     summary: str
     param: bool
+    maximum: int = 999_999_999  # largest value of a parameter
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,11 @@ def options(path: Path = OPTIONS_FILE) -> dict[str, Option]:
         if not re.fullmatch(r"[a-z][a-z0-9-]*", name):
             raise UklError(f"{path}: option name '{name}' is not lower-case letters, digits and '-'",
                            "rename it")
-        out[name] = Option(name, entry["summary"], bool(entry.get("param", False)))
+        maximum = entry.get("max", Option.maximum)
+        if not isinstance(maximum, int) or isinstance(maximum, bool) or not 1 <= maximum <= Option.maximum:
+            raise UklError(f"{path}: option '{name}': max must be a whole number from 1 to {Option.maximum}",
+                           "fix the file")
+        out[name] = Option(name, entry["summary"], bool(entry.get("param", False)), maximum)
     return out
 
 
@@ -74,8 +79,8 @@ def parse_opts(words: list[str], table: dict[str, Option] | None = None) -> tupl
             raise UklError(f"UKL option '{name}' " + (f"needs a value: {name}=N" if opt.param
                                                       else "is a switch and takes no value"),
                            f"{name}: {opt.summary}")
-        if eq and not re.fullmatch(r"[1-9][0-9]{0,8}", value):
-            raise UklError(f"UKL option '{word}': the value must be a whole number from 1 to 999999999",
+        if eq and not (re.fullmatch(r"[1-9][0-9]{0,8}", value) and int(value) <= opt.maximum):
+            raise UklError(f"UKL option '{word}': the value must be a whole number from 1 to {opt.maximum}",
                            f"{name}: {opt.summary}")
         if name in seen:
             raise UklError(f"UKL option '{name}' is given twice", "name each option once")
