@@ -110,10 +110,11 @@ static inline long ukl_opts(unsigned long set, unsigned long clear)
  *	long ukl_rtc_end(void)
  *
  * Between them the calling thread is not preempted when it is interrupted
- * (interrupts are still handled), and signals wait for the end, except
- * fatal ones (SIGKILL), synchronous ones (SIGSEGV, SIGBUS, SIGILL,
- * SIGTRAP, SIGFPE, SIGSYS) and those that interrupt a blocking system
- * call. The thread's own system calls stay preemptible as the kernel is.
+ * (interrupts are still handled), and signals that arrive wait for the end
+ * or for the thread's next system call, except SIGKILL and a fault's
+ * signal (SIGSEGV, SIGBUS, SIGILL, SIGTRAP, SIGFPE, SIGSYS); raise() still
+ * delivers before it returns. The thread's own system calls and page faults
+ * may reschedule as the kernel would: prefault what a run touches.
  * The run ends anyway after @max_us microseconds (at most the kernel's
  * limit, ukl.opts=rtc-max-us=N, default 10000), so a thread cannot hold a
  * CPU for ever.

@@ -10,7 +10,8 @@
  *   rtc bound     a run that spins past its bound is preempted and its end
  *                 says -ETIME
  *   rtc signal    a timer signal waits for the end; a SIGSEGV does not; a
- *                 blocking read delivers a waiting signal at once
+ *                 blocking read delivers a waiting signal at once, raise()
+ *                 before it returns
  *   rtc kill      SIGKILL ends a child that runs to completion at once, not
  *                 at its bound
  *   rtc all       all of them, in this order (one boot)
@@ -256,6 +257,14 @@ static int signals(void)
 	printf("read during the run: %zd %s, handled before: %d, after: %d\n", n,
 	       n < 0 ? strerror(errno) : "", during, alarms);
 	show("end", ukl_rtc_end());
+
+	/* A system call's exit delivers: raise() before it returns */
+	alarms = 0;
+	ukl_rtc_begin(1000000);
+	raise(SIGALRM);
+	during = alarms;
+	show("end", ukl_rtc_end());
+	printf("raise during the run handled before it returned: %d\n", during);
 	return 0;
 }
 

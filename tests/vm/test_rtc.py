@@ -2,8 +2,8 @@
 patch "let a UKL thread run to completion"), under every UKL profile and
 the debug kernel: a thread in a run is not preempted by a competitor on its
 CPU while timer interrupts still arrive; a run past its bound is preempted
-and its end says so; signals wait for the end except a fault's, one that
-interrupts a blocking call, and SIGKILL; new threads and children do not
+and its end says so; signals wait for the end or the next system call
+(a blocking read, raise()), except a fault's and SIGKILL; new threads and children do not
 inherit a run; the kernel's limit (ukl.opts=rtc-max-us) caps the bound. An
 ordinary process gets ENOSYS."""
 
@@ -46,6 +46,7 @@ def test_a_thread_runs_to_completion(outdir, config):
         "timer signal handled during the run: 0, by the end's return: 1", "end: 0",
         "SIGSEGV handled during the run: 1", "end: 0",
         "read during the run: -1 Interrupted system call, handled before: 0, after: 1", "end: 0",
+        "end: 0", "raise during the run handled before it returned: 1",
         "child killed: yes, within 300 ms: yes"], res.stdout
     # The longest pause of the spinning thread: a competitor's time slice
     # without a run, an interrupt's handling during one
