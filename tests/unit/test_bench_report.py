@@ -61,3 +61,22 @@ def test_improvement_in_instructions_and_modelled_cycles(tmp_path):
     assert bench.improvement(r, "read", "base", "cycles") == ([], [])
     bench.plot(r, tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 10000
+
+
+def test_the_baseline_is_the_first_configuration_without_ukl(tmp_path):
+    assert bench.baseline(["base", "base+byp"]) == ["linux", "base", "base+byp"]
+    assert bench.baseline(["base", "linux"]) == ["linux", "base"]
+    assert bench.baseline(["base-mitigated", "linux-mitigated", "base-mitigated+ret"]) == \
+        ["linux-mitigated", "base-mitigated", "base-mitigated+ret"]
+    r = bench.Report(unit="guest instructions", accel="tcg", icount=True, quick=True, machine="m",
+                     configs=["linux-mitigated", "base-mitigated"], baseline="linux-mitigated",
+                     cpus={"linux-mitigated": "Skylake-Server,check=off", "base-mitigated": "Skylake-Server,check=off"})
+    r.results = {"linux-mitigated": bench.parse(RUN), "base-mitigated": bench.parse(RUN.replace("200 210", "100 110"))}
+    md = bench.markdown(r, None)
+    assert "| getppid |  | 200 (210) | 100 (110) | -50.0% |" in md
+    assert "`base-mitigated` against `linux-mitigated`" in md and "`-cpu Skylake-Server,check=off`" in md
+    assert bench.improvement(r, "getppid", "base-mitigated") == ([0], [50.0])
+    # saved and read back (reports saved before `baseline` existed compare with linux)
+    bench.save_json(r, tmp_path / "r.json")
+    assert bench.load_json(tmp_path / "r.json").baseline == "linux-mitigated"
+    assert report(linux=RUN).baseline == "linux"

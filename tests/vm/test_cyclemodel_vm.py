@@ -61,6 +61,30 @@ def test_the_plugin_counts_each_class_exactly(outdir):
     assert counts.insns > r.insns > 0
 
 
+def test_returns_to_the_application_do_not_clear_cpu_buffers(outdir):
+    """base-debug boots on an emulated Skylake (kernel.tcg_cpu), where Linux
+    clears CPU buffers (VERW) on every return to ring 3, as the MDS
+    mitigation does without microcode; the same boot's returns to the
+    application, which runs with the kernel's privilege, must not. The
+    region's VERWs are the program's own two per round; the kernel's
+    returns to ukl-init (ring 3) before the exec add the rest."""
+    from ukltool import kernel
+    assert kernel.tcg_cpu("base-debug").startswith("Skylake-Server")
+    out = build(SRC, "base-debug", outdir / "insnclass-base-debug", "--freestanding")
+    report = out / "insnclass.json"
+    res = boot_with_plugin(out, report)
+    console = (out / "console.log").read_text(errors="replace")
+    assert res.code == 0, console[-3000:]
+    assert_clean(out / "console.log")
+    counts = cyclemodel.parse_report(report.read_text(), str(report))
+    r = counts.regions[REGION]
+    assert r.iterations == ROUNDS
+    assert r.counts["verw"] == PER_ROUND["verw"] * ROUNDS, r.counts
+    assert counts.counts["verw"] > r.counts["verw"], "the kernel cleared no buffers: is MDS mitigated?"
+    # getppid() through the UKL entry: no SYSCALL, SYSRET or SWAPGS
+    assert not {"syscall", "sysret", "swapgs"} & set(r.typical), r.typical
+
+
 def test_bench_models_cycles_from_counts(tmp_path):
     out = tmp_path / "bench.json"
     res = ukl("bench", "syscalls", "--configs", "linux", "--icount", "--quick", "--model", "cycles",

@@ -1,5 +1,6 @@
 """`ukl bench syscalls`: the LEBench-style benchmark (bench/lebench.c) built
-and booted once per configuration, compared against `linux`."""
+and booted once per configuration, compared against the baseline (`linux`,
+or the first configuration without UKL that --configs names)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from ukltool import cyclemodel, image, initramfs, plugin, ui, vm
+from ukltool import cyclemodel, image, initramfs, kernel, plugin, ui, vm
 from ukltool.errors import UklError
 from ukltool.paths import REPO, cache_dir
 
@@ -42,6 +43,8 @@ class Report:
     quick: bool
     machine: str
     configs: list[str]
+    baseline: str = BASELINE  # what the others are compared with: see baseline()
+    cpus: dict[str, str] = field(default_factory=dict)  # QEMU's -cpu per configuration (TCG)
     kernels: dict[str, str] = field(default_factory=dict)
     results: dict[str, list[Point]] = field(default_factory=dict)
     model: cyclemodel.Model | None = None  # --model cycles: classed instructions per point
@@ -81,13 +84,21 @@ def machine() -> str:
     return f"{platform.machine()}, {model}, {os.cpu_count()} host CPUs, host kernel {platform.release()}"
 
 
+def baseline(configs: list[str]) -> list[str]:
+    """The configurations to run, the baseline first: the first one without
+    UKL (linux-mitigated for the mitigated ones), else linux added."""
+    stock = [c for c in configs if not kernel.is_ukl(c)]
+    first = stock[0] if stock else BASELINE
+    return [first, *(c for c in configs if c != first)]
+
+
 def run(configs: list[str], icount: bool, quick: bool, timeout: float, model_cpu: str | None = None) -> Report:
     """MODEL_CPU: also count classed instructions with our QEMU plugin and
     model cycles with bench/costs/MODEL_CPU.toml (needs --icount)."""
-    if BASELINE not in configs:
-        configs = [BASELINE, *configs]
+    configs = baseline(configs)
     report = Report(unit="guest instructions" if icount else "ns (TCG wall clock: relative only)",
-                    accel="", icount=icount, quick=quick, machine=machine(), configs=configs)
+                    accel="", icount=icount, quick=quick, machine=machine(), configs=configs,
+                    baseline=configs[0])
     if model_cpu is not None:
         if not icount:
             raise UklError("--model cycles needs --icount", "the model adds to guest instruction counts")
@@ -110,6 +121,7 @@ def run(configs: list[str], icount: bool, quick: bool, timeout: float, model_cpu
             raise UklError(f"the benchmark failed under '{config}' (status {res.code})",
                            f"see {out / 'console.log'}")
         report.accel = res.accel
+        report.cpus[config] = kernel.image_tcg_cpu(out) if res.accel == "tcg" else "host"
         report.results[config] = parse((out / "console.log").read_text(errors="replace"))
         if report.model:
             if not counts.is_file():
@@ -125,11 +137,11 @@ def cells(report: Report, op: str, size: int, pts: dict[str, Point]) -> list[str
     """One table row: the operation, then per configuration the median (p99)
     and, but for the baseline, its change against the baseline."""
     out = [op, str(size) if size else ""]
-    base = pts.get(BASELINE)
+    base = pts.get(report.baseline)
     for c in report.configs:
         p = pts.get(c)
         out.append(f"{p.median} ({p.p99})" if p else "-")
-        if c != BASELINE:
+        if c != report.baseline:
             out.append(f"{change(base.median, p.median):+.1f}%" if p and base else "-")
     if report.model:
         out += cyclemodel.cells(report.model, op, size, {c: p.median for c, p in pts.items()}, report.configs)
@@ -137,13 +149,13 @@ def cells(report: Report, op: str, size: int, pts: dict[str, Point]) -> list[str
 
 
 def table(report: Report) -> Table:
-    t = Table(title=f"Latency, median (p99) in {report.unit}; change of the median against {BASELINE}")
+    t = Table(title=f"Latency, median (p99) in {report.unit}; change of the median against {report.baseline}")
     t.add_column("operation")
     t.add_column("bytes", justify="right")
     for c in report.configs:
         t.add_column(c, justify="right")
-        if c != BASELINE:
-            t.add_column(f"{c} vs {BASELINE}", justify="right")
+        if c != report.baseline:
+            t.add_column(f"{c} vs {report.baseline}", justify="right")
     for h in cyclemodel.headers(report.model, report.configs) if report.model else []:
         t.add_column(h, justify="right")
     for row in rows(report):
@@ -155,16 +167,17 @@ def markdown(report: Report, plot: Path | None) -> str:
     head = ["operation", "bytes"]
     for c in report.configs:
         head.append(f"{c} median (p99)")
-        if c != BASELINE:
-            head.append(f"{c} vs {BASELINE}")
+        if c != report.baseline:
+            head.append(f"{c} vs {report.baseline}")
     head += cyclemodel.headers(report.model, report.configs) if report.model else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows(report):
         lines.append("| " + " | ".join(cells(report, *row)) + " |")
+    cpu = ", ".join(sorted(set(report.cpus.values()))) or "max"
     how = (f"Measured with `./ukl bench syscalls --configs {','.join(report.configs)}"
            f"{' --icount' if report.icount else ''}{' --quick' if report.quick else ''}`: "
            f"bench/lebench.c, a freestanding program (no C library) built unchanged for every "
-           f"configuration, booted under QEMU ({report.accel.upper()}, `-cpu max`, 1 vCPU)"
+           f"configuration, booted under QEMU ({report.accel.upper()}, `-cpu {cpu}`, 1 vCPU)"
            f"{ICOUNT_NOTE if report.icount else ''}. "
            f"Each point: warm-up, then {'1,000' if report.quick else '10,000'} iterations timed with RDTSCP, "
            f"median and 99th percentile; buffers are mmap'ed and pre-faulted; output is held until the end "
@@ -172,13 +185,13 @@ def markdown(report: Report, plot: Path | None) -> str:
     kern = ", ".join(f"`{c}`: Linux {k}" for c, k in report.kernels.items())
     summary = []
     for c in report.configs:
-        if c == BASELINE:
+        if c == report.baseline:
             continue
-        ch = [(change(pts[BASELINE].median, pts[c].median), op, size) for op, size, pts in rows(report)
-              if c in pts and BASELINE in pts]
+        ch = [(change(pts[report.baseline].median, pts[c].median), op, size) for op, size, pts in rows(report)
+              if c in pts and report.baseline in pts]
         if ch:
             lo, hi = min(ch), max(ch)
-            summary.append(f"`{c}` against `{BASELINE}`: from {lo[0]:+.1f}% ({lo[1]} {lo[2] or ''}) "
+            summary.append(f"`{c}` against `{report.baseline}`: from {lo[0]:+.1f}% ({lo[1]} {lo[2] or ''}) "
                            f"to {hi[0]:+.1f}% ({hi[1]} {hi[2] or ''}) in the median.")
     out = ["# LEBench-style latencies: " + " vs ".join(report.configs), "", *summary, "",
            "Generated by `ukl bench syscalls`; do not edit by hand.", "",
@@ -217,15 +230,15 @@ def metric_value(report: Report, config: str, point: Point, metric: str) -> floa
 
 
 def improvement(report: Report, op: str, config: str, metric: str = "instructions") -> tuple[list[int], list[float]]:
-    """Per size of @op, the improvement of @config over linux in percent
+    """Per size of @op, the improvement of @config over the baseline in percent
     (positive: fewer instructions or modelled cycles), as the dissertation's
     figures show it; sizes without both values are left out."""
-    base = {p.size: p for p in report.results[BASELINE] if p.op == op}
+    base = {p.size: p for p in report.results[report.baseline] if p.op == op}
     sizes, pct = [], []
     for p in sorted((p for p in report.results[config] if p.op == op), key=lambda p: p.size):
         b = base.get(p.size)
         v = metric_value(report, config, p, metric)
-        bv = metric_value(report, BASELINE, b, metric) if b else None
+        bv = metric_value(report, report.baseline, b, metric) if b else None
         if v is not None and bv:
             sizes.append(p.size)
             pct.append((bv - v) * 100.0 / bv)
@@ -234,7 +247,7 @@ def improvement(report: Report, op: str, config: str, metric: str = "instruction
 
 def plot(report: Report, path: Path) -> None:
     """In the dissertation's style (Figs. 6.1-6.3): latency against payload,
-    and under it each configuration's improvement over linux, shaded; then
+    and under it each configuration's improvement over the baseline, shaded; then
     the improvement for the fixed-size operations, in instructions and, with
     a model, modelled cycles."""
     import matplotlib
@@ -242,7 +255,7 @@ def plot(report: Report, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     metrics = ["instructions", "cycles"] if report.model else ["instructions"]
-    others = [c for c in report.configs if c != BASELINE]
+    others = [c for c in report.configs if c != report.baseline]
     colors = {c: f"C{i}" for i, c in enumerate(report.configs)}
     unit = report.unit.split(" (")[0]
     fig = plt.figure(figsize=(13, 10 + 3.2 * len(metrics)))
@@ -253,7 +266,7 @@ def plot(report: Report, path: Path) -> None:
         for c in report.configs:
             pts = sorted((p for p in report.results[c] if p.op == op), key=lambda p: p.size)
             ax.plot([p.size for p in pts], [p.median for p in pts], color=colors[c], label=c,
-                    linewidth=2.2 if c == BASELINE else 1.2)
+                    linewidth=2.2 if c == report.baseline else 1.2)
         ax.set_title(f"{op}: latency against payload")
         ax.set_ylabel(f"median ({unit})")
         ax.legend(fontsize=7, loc="upper left")
@@ -268,7 +281,7 @@ def plot(report: Report, path: Path) -> None:
                     imp.fill_between(sizes, pct, 0, color=colors[c], alpha=0.15)
         imp.axhline(0, color="black", linewidth=0.6)
         imp.set_xlabel("bytes")
-        imp.set_ylabel("% better than linux")
+        imp.set_ylabel(f"% better than {report.baseline}")
         imp.legend(fontsize=6, loc="best", ncol=2)
     labels = [f"{op} {s}" if s else op for op, s in SMALL_OPS]
     width = 0.8 / max(1, len(others))
@@ -284,10 +297,10 @@ def plot(report: Report, path: Path) -> None:
         ax.set_xticks([x + width * (len(others) - 1) / 2 for x in range(len(SMALL_OPS))])
         ax.set_xticklabels(labels, rotation=15, fontsize=8)
         what = f"modelled cycles ({report.model.cpu}, a model)" if metric == "cycles" and report.model else unit
-        ax.set_ylabel(f"% better than linux\n({what})", fontsize=8)
+        ax.set_ylabel(f"% better than {report.baseline}\n({what})", fontsize=8)
         ax.legend(fontsize=7, ncol=len(others))
-    fig.suptitle(f"LEBench-style latency, {', '.join(report.configs)} ({report.accel.upper()}"
-                 f"{', icount' if report.icount else ''}); improvement over linux shaded")
+    fig.suptitle(f"LEBench-style latency ({report.accel.upper()}{', icount' if report.icount else ''}); "
+                 f"improvement over {report.baseline} shaded\n{', '.join(report.configs)}")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

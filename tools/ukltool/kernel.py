@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import json
 import os
 import re
 import shutil
@@ -68,6 +69,46 @@ def _fragments(name: str) -> list[Path]:
     if not chain:
         chain = [CONFIG_DIR / BASE_FRAGMENT]
     return chain + [path]
+
+
+DEFAULT_TCG_CPU = "max"  # has SMEP and SMAP, which UKL must work with
+
+
+def tcg_cpu(name: str) -> str:
+    """The QEMU CPU model a configuration boots on under TCG: the last
+    `# ukl-tcg-cpu: MODEL` line of its fragments, else 'max'. (Under KVM
+    the host's CPU.) Linux turns its speculation mitigations on only for
+    CPUs it knows to be affected, and TCG's 'max' is an unaffected AMD
+    model, so a configuration that measures mitigations names an Intel one."""
+    cpu = DEFAULT_TCG_CPU
+    for frag in fragments(name):
+        for line in frag.read_text().splitlines():
+            m = re.match(r"#\s*ukl-tcg-cpu:\s*(\S+)\s*$", line)
+            if m:
+                cpu = m.group(1)
+    return cpu
+
+
+def measurement_only(name: str) -> bool:
+    """Does the configuration's own fragment say `# ukl-tests: measurement`?
+    Such configurations exist to be measured (`ukl bench`); the test suite
+    leaves them out (tests/conftest.py says what covers them instead)."""
+    frag = _fragments(profiles.parse(name).config)[-1]
+    return any(re.match(r"#\s*ukl-tests:\s*measurement\s*$", line) for line in frag.read_text().splitlines())
+
+
+def image_tcg_cpu(image_dir: Path) -> str:
+    """tcg_cpu() of the configuration an image was built for."""
+    try:
+        config = json.loads((image_dir / profiles.MANIFEST).read_text()).get("config", "")
+    except (OSError, ValueError):
+        return DEFAULT_TCG_CPU
+    if not isinstance(config, str) or not config:
+        return DEFAULT_TCG_CPU
+    try:
+        return tcg_cpu(config)
+    except UklError:  # a configuration this checkout no longer has
+        return DEFAULT_TCG_CPU
 
 
 def parse_fragment(text: str) -> dict[str, str]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from ukltool import initramfs, logscan, profiles, protocol, ui
+from ukltool import initramfs, kernel, logscan, profiles, protocol, ui
 from ukltool.errors import UklError
 from ukltool.paths import cache_dir
 from ukltool.proc import capture, need_tool
@@ -157,8 +157,7 @@ def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path, status_file
     if accel == "kvm":
         cmd += ["-accel", "kvm", "-cpu", "host"]
     else:
-        # 'max' has SMEP and SMAP, which UKL must work with.
-        cmd += ["-accel", "tcg", "-cpu", "max"]
+        cmd += ["-accel", "tcg", "-cpu", kernel.image_tcg_cpu(spec.bzimage.parent)]
     if spec.icount:
         # The guest sees only guest instructions: no host randomness
         # (RDRAND, the boot RNG seed) and no host date (the RTC, whose date
