@@ -34,10 +34,12 @@ from ukltool import kernel  # noqa: E402
 # not fit CI's time. What they change is covered here all the same:
 # base-debug builds the same mitigations and boots on the same emulated
 # Intel CPU, so their entry and exit code runs under every debug test, and
-# linux-mitigated is stock Linux. UKL_TEST_MEASUREMENT_CONFIGS=1 includes them.
+# linux-mitigated is stock Linux. UKL_TEST_MEASUREMENT_CONFIGS=1 includes
+# the UKL ones (base-mitigated; the tests know one stock kernel, linux).
 OPTION_SETS = ["byp", "ret", "ret+byp"]
 CONFIGS = [c for c in kernel.config_names()
-           if os.environ.get("UKL_TEST_MEASUREMENT_CONFIGS") == "1" or not kernel.measurement_only(c)]
+           if not kernel.measurement_only(c)
+           or (os.environ.get("UKL_TEST_MEASUREMENT_CONFIGS") == "1" and kernel.is_ukl(c))]
 BASELINE = "linux"
 PROFILES = [f"{c}+{o}" for c in CONFIGS if kernel.is_ukl(c)
             for o in (OPTION_SETS[-1:] if c.endswith("-debug") else OPTION_SETS)]

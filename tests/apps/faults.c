@@ -4,9 +4,11 @@
  * end the process exactly as Linux ends an ordinary one, and leave the
  * kernel without a complaint.
  *
- *   faults matrix            every class in every context, one line each:
- *                            "CLASS CONTEXT STATUS" (STATUS: exit code, or
- *                            128+N for signal N), each in a forked child
+ *   faults matrix            the CPU's vendor ("cpu-vendor GenuineIntel"),
+ *                            then every class in every context, one line
+ *                            each: "CLASS CONTEXT STATUS" (STATUS: exit
+ *                            code, or 128+N for signal N), each in a
+ *                            forked child
  *   faults CLASS [CONTEXT]   one class, in this process (exit status is the
  *                            class's)
  *   faults vfork             vfork+_exit and vfork+execve
@@ -23,6 +25,7 @@
  * signal handler), child (a forked child, whose status is passed on).
  */
 #define _GNU_SOURCE
+#include <cpuid.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -413,7 +416,16 @@ static const struct fault *find(const char *name)
 static int matrix(void)
 {
 	static const char *const ctxs[] = { "main", "thread", "handler", "child" };
+	unsigned int eax, ebx, ecx, edx;
+	char vendor[13] = "";
 
+	/* SYSENTER's fate depends on it: #UD on AMD, valid on Intel */
+	if (__get_cpuid(0, &eax, &ebx, &ecx, &edx)) {
+		memcpy(vendor, &ebx, 4);
+		memcpy(vendor + 4, &edx, 4);
+		memcpy(vendor + 8, &ecx, 4);
+	}
+	printf("cpu-vendor %s\n", vendor);
 	for (unsigned i = 0; i < NFAULTS; i++) {
 		for (unsigned c = 0; c < 4; c++) {
 			int st;

@@ -66,6 +66,11 @@ def test_improvement_in_instructions_and_modelled_cycles(tmp_path):
 def test_the_baseline_is_the_first_configuration_without_ukl(tmp_path):
     assert bench.baseline(["base", "base+byp"]) == ["linux", "base", "base+byp"]
     assert bench.baseline(["base", "linux"]) == ["linux", "base"]
+    assert bench.baseline(["base", "base", "linux"]) == ["linux", "base"]
+    # the baseline on another CPU than a configuration compared with it
+    assert bench.cpu_mismatch(["linux", "base", "base+byp"]) is None
+    assert bench.cpu_mismatch(["linux-mitigated", "base-mitigated+ret"]) is None
+    assert "linux-mitigated" in (bench.cpu_mismatch(["linux", "base-mitigated"]) or "")
     assert bench.baseline(["base-mitigated", "linux-mitigated", "base-mitigated+ret"]) == \
         ["linux-mitigated", "base-mitigated", "base-mitigated+ret"]
     r = bench.Report(unit="guest instructions", accel="tcg", icount=True, quick=True, machine="m",
@@ -80,3 +85,8 @@ def test_the_baseline_is_the_first_configuration_without_ukl(tmp_path):
     bench.save_json(r, tmp_path / "r.json")
     assert bench.load_json(tmp_path / "r.json").baseline == "linux-mitigated"
     assert report(linux=RUN).baseline == "linux"
+    # a baseline without results is an error, not a KeyError later
+    data = (tmp_path / "r.json").read_text().replace('"baseline": "linux-mitigated"', '"baseline": "nope"')
+    (tmp_path / "bad.json").write_text(data)
+    with pytest.raises(UklError, match="baseline 'nope' has no results"):
+        bench.load_json(tmp_path / "bad.json")

@@ -91,6 +91,18 @@ def test_tcg_cpu_comes_from_the_configuration(tmp_path: Path):
     (tmp_path / "manifest.json").write_text('{"config": "gone"}')
     assert kernel.image_tcg_cpu(tmp_path) == "max"
     assert kernel.image_tcg_cpu(tmp_path / "none") == "max"
+    (tmp_path / "manifest.json").write_text("[1]")
+    assert kernel.image_tcg_cpu(tmp_path) == "max"
+    # a header with a typo is an error naming the file, not ignored
+    from unittest import mock
+    bad = tmp_path / "bad.config"
+    bad.write_text("# ukl-tcg-cpu: Skylake-Server, check=off\n# ukl-tests: measurement-only\n")
+    with mock.patch.object(kernel, "fragments", return_value=[bad]), \
+            pytest.raises(UklError, match="bad 'ukl-tcg-cpu' line"):
+        kernel.tcg_cpu("linux")
+    with mock.patch.object(kernel, "_fragments", return_value=[bad]), \
+            pytest.raises(UklError, match="bad 'ukl-tests' line"):
+        kernel.measurement_only("linux")
 
 
 def test_series_key_changes_with_content(tmp_path: Path):

@@ -87,15 +87,31 @@ def machine() -> str:
 def baseline(configs: list[str]) -> list[str]:
     """The configurations to run, the baseline first: the first one without
     UKL (linux-mitigated for the mitigated ones), else linux added."""
+    configs = list(dict.fromkeys(configs))
     stock = [c for c in configs if not kernel.is_ukl(c)]
     first = stock[0] if stock else BASELINE
     return [first, *(c for c in configs if c != first)]
+
+
+def cpu_mismatch(configs: list[str]) -> str | None:
+    """A warning where the baseline boots on another TCG CPU than some
+    configuration compared with it (different mitigations run)."""
+    base_cpu = kernel.tcg_cpu(configs[0])
+    other = [c for c in configs[1:] if kernel.tcg_cpu(c) != base_cpu]
+    if not other:
+        return None
+    return (f"{', '.join(other)} boot on another CPU than the baseline {configs[0]} under TCG "
+            f"({kernel.tcg_cpu(other[0])} against {base_cpu}): Linux runs other mitigations there; "
+            f"name a baseline on the same CPU first in --configs (e.g. linux-mitigated)")
 
 
 def run(configs: list[str], icount: bool, quick: bool, timeout: float, model_cpu: str | None = None) -> Report:
     """MODEL_CPU: also count classed instructions with our QEMU plugin and
     model cycles with bench/costs/MODEL_CPU.toml (needs --icount)."""
     configs = baseline(configs)
+    warning = cpu_mismatch(configs)
+    if warning:
+        ui.warn(warning)
     report = Report(unit="guest instructions" if icount else "ns (TCG wall clock: relative only)",
                     accel="", icount=icount, quick=quick, machine=machine(), configs=configs,
                     baseline=configs[0])
@@ -173,7 +189,11 @@ def markdown(report: Report, plot: Path | None) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows(report):
         lines.append("| " + " | ".join(cells(report, *row)) + " |")
-    cpu = ", ".join(sorted(set(report.cpus.values()))) or "max"
+    cpus = set(report.cpus.values())
+    if len(cpus) > 1:
+        cpu = "; ".join(f"{c}: {v}" for c, v in report.cpus.items())
+    else:
+        cpu = cpus.pop() if cpus else ("host" if report.accel == "kvm" else "max")
     how = (f"Measured with `./ukl bench syscalls --configs {','.join(report.configs)}"
            f"{' --icount' if report.icount else ''}{' --quick' if report.quick else ''}`: "
            f"bench/lebench.c, a freestanding program (no C library) built unchanged for every "
@@ -217,7 +237,10 @@ NOTES = """## Reading these numbers
   bare metal, which `ukl` uses automatically where it works.
 * `base` runs the same entry and exit work as `linux` (that is the base
   model), so the expectation is equal counts within a few instructions, and
-  no operation slower than `linux`."""
+  no operation slower than `linux`. Under mitigations (`base-mitigated`
+  against `linux-mitigated`) UKL has no page-table isolation and returns
+  to the application clear no CPU buffers: few instructions, costly ones
+  (docs/cycle-model.md)."""
 
 
 def metric_value(report: Report, config: str, point: Point, metric: str) -> float | None:
@@ -315,7 +338,10 @@ def load_json(path: Path) -> Report:
         data = json.loads(path.read_text())
         data["results"] = {c: [Point(**p) for p in pts] for c, pts in data["results"].items()}
         data["model"] = cyclemodel.model_from_dict(data["model"]) if data.get("model") else None
-        return Report(**data)
+        report = Report(**data)
+        if report.baseline not in report.results:
+            raise ValueError(f"its baseline '{report.baseline}' has no results")
+        return report
     except (OSError, ValueError, TypeError, KeyError) as e:
         raise UklError(f"cannot read benchmark results from {path}: {e}",
                        "give a file written by `ukl bench syscalls --json`") from None

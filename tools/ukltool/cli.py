@@ -230,7 +230,7 @@ def parser() -> argparse.ArgumentParser:
     bs = bn.add_subparsers(dest="bcmd", metavar="SUITE", required=True)
     sc = bs.add_parser("syscalls", help="LEBench-style system call and page fault latencies",
                        description="Build bench/lebench.c for each configuration, boot each, and compare "
-                       "the medians against linux.")
+                       "the medians against the first configuration without UKL (default linux).")
     sc.add_argument("--configs", default="linux,base", help="comma-separated (default linux,base)")
     sc.add_argument("--icount", action="store_true",
                     help="deterministic: the unit is guest instructions (-icount shift=0,sleep=off)")

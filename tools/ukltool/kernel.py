@@ -82,27 +82,40 @@ def tcg_cpu(name: str) -> str:
     model, so a configuration that measures mitigations names an Intel one."""
     cpu = DEFAULT_TCG_CPU
     for frag in fragments(name):
-        for line in frag.read_text().splitlines():
-            m = re.match(r"#\s*ukl-tcg-cpu:\s*(\S+)\s*$", line)
-            if m:
-                cpu = m.group(1)
+        for value in _headers(frag, "ukl-tcg-cpu", r"\S+"):
+            cpu = value
     return cpu
+
+
+def _headers(frag: Path, key: str, value: str) -> list[str]:
+    """The values of `# KEY: VALUE` lines in FRAG; a line that names KEY
+    but whose value does not match VALUE (a regex) is an error, not
+    ignored."""
+    out = []
+    for line in frag.read_text().splitlines():
+        if re.match(rf"#\s*{key}:", line):
+            m = re.match(rf"#\s*{key}:\s*({value})\s*$", line)
+            if not m:
+                raise UklError(f"{frag}: bad '{key}' line: {line.strip()}",
+                               f"write '# {key}: VALUE' with a value matching {value}")
+            out.append(m.group(1))
+    return out
 
 
 def measurement_only(name: str) -> bool:
     """Does the configuration's own fragment say `# ukl-tests: measurement`?
     Such configurations exist to be measured (`ukl bench`); the test suite
     leaves them out (tests/conftest.py says what covers them instead)."""
-    frag = _fragments(profiles.parse(name).config)[-1]
-    return any(re.match(r"#\s*ukl-tests:\s*measurement\s*$", line) for line in frag.read_text().splitlines())
+    return "measurement" in _headers(_fragments(profiles.parse(name).config)[-1], "ukl-tests", "measurement")
 
 
 def image_tcg_cpu(image_dir: Path) -> str:
     """tcg_cpu() of the configuration an image was built for."""
     try:
-        config = json.loads((image_dir / profiles.MANIFEST).read_text()).get("config", "")
+        data = json.loads((image_dir / profiles.MANIFEST).read_text())
     except (OSError, ValueError):
         return DEFAULT_TCG_CPU
+    config = data.get("config", "") if isinstance(data, dict) else ""
     if not isinstance(config, str) or not config:
         return DEFAULT_TCG_CPU
     try:

@@ -104,7 +104,8 @@ def opts_arg(text: str, table: dict[str, Option] | None = None) -> tuple[str, ..
 def image_kernel_args(image_dir: Path) -> list[str]:
     """The kernel command line words for the profile an image was built for."""
     try:
-        config = json.loads((image_dir / MANIFEST).read_text()).get("config", "")
+        data = json.loads((image_dir / MANIFEST).read_text())
     except (OSError, ValueError):
         return []
+    config = data.get("config", "") if isinstance(data, dict) else ""
     return parse(config).kernel_args() if isinstance(config, str) and config else []
