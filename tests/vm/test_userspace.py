@@ -197,9 +197,12 @@ def test_qemu_never_outlives_ukl_run(outdir, how, status):
     out = outdir / "userspace-base"
     if not out.exists():
         build(SRC, "base", out, "--userspace")
+    # As from a terminal: a test run started in the background by a shell
+    # without job control inherits SIGINT ignored, and Python keeps it so
     proc = subprocess.Popen([str(REPO / "ukl"), "run", str(out), "--timeout", "600", "--sh",
                              "echo ready; while true; do echo tick; sleep 1; done"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout is not None
     for line in proc.stdout:
         if line.strip() == "ready":
