@@ -30,19 +30,25 @@ def boot_with_plugin(out: Path, report: Path) -> vm.RunResult:
                                   plugins=[plugin.option(plugin.build(), report)]))
 
 
-def test_the_plugin_counts_each_class_exactly(outdir):
-    out = build(SRC, "linux", outdir / "insnclass-linux", "--freestanding")
+def run_insnclass(outdir: Path, config: str) -> tuple[str, cyclemodel.PluginReport]:
+    """tests/apps/insnclass.c built for CONFIG and booted once under the
+    plugin: the console and the plugin's counts, the boot clean."""
+    out = build(SRC, config, outdir / f"insnclass-{config}", "--freestanding")
     report = out / "insnclass.json"
     res = boot_with_plugin(out, report)
     console = (out / "console.log").read_text(errors="replace")
     assert res.code == 0, console[-3000:]
     assert_clean(out / "console.log")
+    return console, cyclemodel.parse_report(report.read_text(), str(report))
+
+
+def test_the_plugin_counts_each_class_exactly(outdir):
+    console, counts = run_insnclass(outdir, "linux")
     line = next(ln for ln in console.splitlines() if ln.startswith("INSNCLASS "))
     xsave = int(line.split()[-1])
     assert line.startswith(f"INSNCLASS region {REGION} rounds {ROUNDS} ")
     per_round = {**PER_ROUND, **({"xsave": 1, "xrstor": 1} if xsave else {})}
 
-    counts = cyclemodel.parse_report(report.read_text(), str(report))
     assert counts.unbalanced == 0 and set(counts.regions) == {REGION}
     r = counts.regions[REGION]
     assert r.iterations == ROUNDS
@@ -70,13 +76,7 @@ def test_returns_to_the_application_do_not_clear_cpu_buffers(outdir):
     returns to ukl-init (ring 3) before the exec add the rest."""
     from ukltool import kernel
     assert kernel.tcg_cpu("base-debug").startswith("Skylake-Server")
-    out = build(SRC, "base-debug", outdir / "insnclass-base-debug", "--freestanding")
-    report = out / "insnclass.json"
-    res = boot_with_plugin(out, report)
-    console = (out / "console.log").read_text(errors="replace")
-    assert res.code == 0, console[-3000:]
-    assert_clean(out / "console.log")
-    counts = cyclemodel.parse_report(report.read_text(), str(report))
+    _, counts = run_insnclass(outdir, "base-debug")
     r = counts.regions[REGION]
     assert r.iterations == ROUNDS
     assert r.counts["verw"] == PER_ROUND["verw"] * ROUNDS, r.counts

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import json
 import os
 import re
 import shutil
@@ -111,12 +110,8 @@ def measurement_only(name: str) -> bool:
 
 def image_tcg_cpu(image_dir: Path) -> str:
     """tcg_cpu() of the configuration an image was built for."""
-    try:
-        data = json.loads((image_dir / profiles.MANIFEST).read_text())
-    except (OSError, ValueError):
-        return DEFAULT_TCG_CPU
-    config = data.get("config", "") if isinstance(data, dict) else ""
-    if not isinstance(config, str) or not config:
+    config = profiles.image_config(image_dir)
+    if not config:
         return DEFAULT_TCG_CPU
     try:
         return tcg_cpu(config)

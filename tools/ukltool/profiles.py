@@ -101,11 +101,18 @@ def opts_arg(text: str, table: dict[str, Option] | None = None) -> tuple[str, ..
     return parse_opts([w.strip() for w in text.split(",") if w.strip()], table)
 
 
-def image_kernel_args(image_dir: Path) -> list[str]:
-    """The kernel command line words for the profile an image was built for."""
+def image_config(image_dir: Path) -> str:
+    """The profile an image was built for (its manifest's "config"), or ""
+    where the image has no readable manifest."""
     try:
         data = json.loads((image_dir / MANIFEST).read_text())
     except (OSError, ValueError):
-        return []
+        return ""
     config = data.get("config", "") if isinstance(data, dict) else ""
-    return parse(config).kernel_args() if isinstance(config, str) and config else []
+    return config if isinstance(config, str) else ""
+
+
+def image_kernel_args(image_dir: Path) -> list[str]:
+    """The kernel command line words for the profile an image was built for."""
+    config = image_config(image_dir)
+    return parse(config).kernel_args() if config else []
