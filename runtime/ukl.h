@@ -150,4 +150,57 @@ static inline long ukl_rtc_end(void)
 	return ukl_rtc_(0);
 }
 
+/*
+ * Remote system calls (Documentation/ukl/remote.rst; `ukl run --remote DIR`
+ * starts the host's side, a shadow process confined to DIR):
+ *
+ *	int ukl_remote_enable(void)	the calling thread may use remote files
+ *	int ukl_remote_on(void)		its paths name files in DIR on the host
+ *	int ukl_remote_off(void)	its paths name local files again
+ *	int ukl_remote_disable(void)	remote files are unreachable (EBADF)
+ *	int ukl_remote_null(void)	one round trip to the host (benchmarks)
+ *
+ * Each returns 0, or -1 with errno set. Once enabled, read, write, pread,
+ * pwrite, readv, writev, lseek, fstat, ftruncate, fsync, fdatasync,
+ * getdents64 (readdir) and close of a remote file descriptor (one that
+ * ukl_remote_fd() accepts) run on the host, and so do openat, fstatat,
+ * statx, mkdirat, unlinkat and renameat relative to a remote directory;
+ * while on, so do open, mkdir, unlink, rmdir, rename and the *at calls
+ * relative to the working directory, relative to DIR there, which they
+ * cannot leave (EXDEV). Descriptors of local files always stay local, so
+ * the console works while on. Everything else (mmap, fork, exec, signals,
+ * dup, fcntl, poll...) stays local; on a remote descriptor it fails with
+ * EBADF.
+ * Threads inherit the setting; children with a file table of their own,
+ * and exec, start without remote files. Errors of enable: ENODEV (no
+ * --remote), EBUSY (another process that is still alive has the host's
+ * files), EMFILE (fs.nr_open is above UKL_REMOTE_FD_BASE). A thread with
+ * remote calls enabled has no UKL_OPT_BYP. In an ordinary process (a
+ * program built for `linux`) each fails with ENOSYS.
+ */
+#define UKL_NR_REMOTE 0x10003
+#define UKL_REMOTE_FD_BASE 0x40000000
+
+static inline long ukl_remote_(long op)
+{
+	long ret;
+
+	__asm__ volatile ("syscall"
+			  : "=a"(ret)
+			  : "0"((long)UKL_NR_REMOTE), "D"(op)
+			  : "rcx", "r11", "memory");
+	if (ret < 0) {
+		errno = (int)-ret;
+		return -1;
+	}
+	return 0;
+}
+
+static inline int ukl_remote_enable(void) { return (int)ukl_remote_(0); }
+static inline int ukl_remote_disable(void) { return (int)ukl_remote_(1); }
+static inline int ukl_remote_on(void) { return (int)ukl_remote_(2); }
+static inline int ukl_remote_off(void) { return (int)ukl_remote_(3); }
+static inline int ukl_remote_null(void) { return (int)ukl_remote_(4); }
+static inline int ukl_remote_fd(int fd) { return fd >= UKL_REMOTE_FD_BASE; }
+
 #endif /* UKL_CALL_H */

@@ -43,7 +43,8 @@ from ukltool.paths import repo_problem
 
 EPILOG_RUN = f"""exit status: the application's status; 128+N when it was killed by
 signal N; {vm.EXIT_TIMEOUT} on timeout; {vm.EXIT_KERNEL_FAILURE} when the kernel panicked, oopsed, hit BUG or
-WARNING (the lines are shown); {vm.EXIT_NO_STATUS} when the VM ended without reporting a status."""
+WARNING (the lines are shown); {vm.EXIT_NO_STATUS} when the VM ended without reporting a status;
+{vm.EXIT_SHADOW_DIED} when the --remote shadow process ended (see OUTDIR/shadow.log)."""
 
 
 def run_smp(smp: int | None, icount: bool) -> int:
@@ -185,6 +186,13 @@ def parser() -> argparse.ArgumentParser:
                     "status (images built with --userspace; $UKL_APP names the application)")
     sh.add_argument("--shell", action="store_true",
                     help="an interactive shell on the serial console (images built with --userspace)")
+    r.add_argument("--remote", type=Path, metavar="DIR",
+                   help="remote system calls (runtime/ukl.h ukl_remote_*): a shadow process on the host, "
+                   "confined to DIR and running as its owner, executes the application's calls on remote "
+                   "files; its log is OUTDIR/shadow.log")
+    r.add_argument("--remote-idle-us", type=int, default=1000, metavar="US",
+                   help="the shadow polls this long after a request before it sleeps (default 1000; -1: "
+                   "always poll, for latency measurements)")
     r.add_argument("--log", type=Path, help="console log file (default OUTDIR/console.log)")
     r.add_argument("-v", "--verbose", action="store_true", help="show the kernel's boot messages")
     r.add_argument("args", nargs="*", metavar="ARGS",
@@ -394,6 +402,12 @@ def cmd_run(a: argparse.Namespace) -> int:
     if a.tap and not Path(f"/sys/class/net/{a.tap}/tun_flags").is_file():
         raise UklError(f"--tap {a.tap}: no tap device of that name in this network namespace",
                        f"create it first: ip tuntap add dev {a.tap} mode tap; ip link set {a.tap} up")
+    if a.remote is not None and not a.remote.is_dir():
+        raise UklError(f"--remote {a.remote}: not a directory",
+                       "name an existing directory on the host for the application's remote files")
+    if a.remote_idle_us < -1:
+        raise UklError(f"--remote-idle-us {a.remote_idle_us}: must be -1 (always poll) or at least 0",
+                       "for example --remote-idle-us 1000")
     forwards = [] if a.tap else a.forward or [(f[0], f[1]) for f in man.forwards]
     append = list(a.append)
     if a.opts is not None:
@@ -407,13 +421,17 @@ def cmd_run(a: argparse.Namespace) -> int:
         res = vm.boot(vm.RunSpec(bzimage=a.outdir / "bzImage", initrds=[a.outdir / "initramfs.cpio", extra],
                                  log=log, timeout=a.timeout, icount=a.icount, append=append,
                                  forwards=forwards, tap=a.tap, smp=run_smp(a.smp, a.icount), verbose=a.verbose,
-                                 interactive=a.shell, accel=None if a.accel == "auto" else a.accel))
+                                 interactive=a.shell, accel=None if a.accel == "auto" else a.accel,
+                                 remote=a.remote.resolve() if a.remote else None,
+                                 remote_idle_us=a.remote_idle_us))
     if res.failures:
         ui.err.print(f"[bold red]ukl: the kernel failed[/] (log: {log}):")
         for line in res.failures[:40]:
             ui.err.print(f"  {line}", markup=False)
     elif res.timed_out:
         ui.err.print(f"[bold red]ukl: timed out[/] after {a.timeout:.0f}s (log: {log})")
+    elif res.code == vm.EXIT_SHADOW_DIED:
+        ui.err.print(f"[bold red]ukl: the remote shadow process ended[/] (log: {log.with_name('shadow.log')})")
     elif res.status is None:
         ui.err.print(f"[bold red]ukl: the VM ended without reporting a status[/] (log: {log})")
     return res.code

@@ -13,11 +13,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from ukltool import initramfs, kernel, logscan, profiles, protocol, ui
+from ukltool import initramfs, kernel, logscan, profiles, protocol, remote, ui
 from ukltool.errors import UklError
 from ukltool.paths import cache_dir
 from ukltool.proc import capture, need_tool
@@ -25,6 +26,7 @@ from ukltool.proc import capture, need_tool
 EXIT_TIMEOUT = 124
 EXIT_KERNEL_FAILURE = 125
 EXIT_NO_STATUS = 123
+EXIT_SHADOW_DIED = 122
 DEBUG_EXIT = protocol.DEBUG_EXIT_DEVICE
 INIT_MARKER = protocol.INIT_MARKER
 
@@ -46,6 +48,8 @@ class RunSpec:
     show: bool = True  # stream the application's output to stdout
     accel: str | None = None  # None: detect
     plugins: list[str] = field(default_factory=list)  # TCG plugins: -plugin arguments (ukltool.plugin)
+    remote: Path | None = None  # remote system calls: the shadow's directory on the host (ukltool.remote)
+    remote_idle_us: int = 1000  # the shadow polls this long after a request before it sleeps (-1: always)
 
 
 @dataclass
@@ -139,7 +143,8 @@ ICOUNT_SEED = "1"
 ICOUNT_DATE = "2026-01-01T00:00:00"
 
 
-def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path, status_file: Path) -> list[str]:
+def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path, status_file: Path,
+                 shadow: remote.Shadow | None = None) -> list[str]:
     loglevel = "8" if spec.verbose else "5"
     # printk.time=1: the kernel's messages carry a stamp, which tells them
     # from the application's output on the same console (logscan)
@@ -150,7 +155,7 @@ def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path, status_file
     if spec.icount and "norandmaps" not in append:
         append.append("norandmaps")  # random layouts change instruction counts
     cmd = [qemu, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-           "-M", "pc", "-m", spec.memory, "-smp", str(spec.smp),
+           "-M", "pc" + (shadow.machine_suffix if shadow else ""), "-m", spec.memory, "-smp", str(spec.smp),
            "-kernel", str(spec.bzimage), "-initrd", str(initrd), "-append", " ".join(append),
            "-serial", "stdio", "-serial", f"file:{status_file}",
            "-device", DEBUG_EXIT]
@@ -168,6 +173,8 @@ def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path, status_file
         if accel != "tcg":
             raise UklError("QEMU plugins need TCG", "run with --accel tcg (or --icount)")
         cmd += ["-plugin", p]
+    if shadow:
+        cmd += shadow.qemu_args()
     # Extra QEMU arguments for debugging (UKL_QEMU_ARGS="-s -S": gdb stub)
     cmd += shlex.split(os.environ.get("UKL_QEMU_ARGS", ""))
     if spec.tap:
@@ -221,9 +228,11 @@ def stop_run(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def _follow(proc: subprocess.Popen[bytes], spec: RunSpec, logf: BinaryIO, start: float) -> bool:
+def _follow(proc: subprocess.Popen[bytes], spec: RunSpec, logf: BinaryIO, start: float,
+            shadow: remote.Shadow | None = None) -> bool:
     """Copy QEMU's console to the log and, after init's marker, to stdout,
-    until QEMU exits; True if the timeout ended it."""
+    until QEMU exits (or the remote shadow does); True if the timeout
+    ended it."""
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
     showing = spec.verbose
@@ -233,6 +242,8 @@ def _follow(proc: subprocess.Popen[bytes], spec: RunSpec, logf: BinaryIO, start:
         if left <= 0:
             return True
         ready, _, _ = select.select([fd], [], [], min(left, 0.5))
+        if shadow and not shadow.alive():
+            return False
         if not ready:
             if proc.poll() is not None:
                 return False
@@ -265,28 +276,38 @@ def boot(spec: RunSpec) -> RunResult:
             for part in spec.initrds:
                 out.write(part.read_bytes())
         status_file = Path(td) / "status"
-        cmd = qemu_command(qemu, spec, accel, initrd, status_file)
-        (spec.log.with_suffix(".cmd")).write_text(" ".join(cmd) + "\n")
-        start = time.monotonic()
-        timed_out = False
-        with open(spec.log, "wb") as logf:
-            parent = os.getpid()
-            proc = subprocess.Popen(cmd, stdin=None if spec.interactive else subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    start_new_session=not spec.interactive,
-                                    preexec_fn=lambda: _die_with_parent(parent))
-            # QEMU never outlives this function: not on a timeout, an
-            # exception, SIGINT/SIGTERM (see cli) or a closed output pipe.
-            try:
-                timed_out = _follow(proc, spec, logf, start)
-            finally:
-                stop(proc, own_group=not spec.interactive)
+        with ExitStack() as stack:
+            shadow = None
+            if spec.remote is not None:
+                # Before QEMU: the shadow writes the ring's header QEMU's guest checks
+                shadow = stack.enter_context(remote.Shadow(spec.remote, remote.parse_memory(spec.memory),
+                                                           spec.log.with_name("shadow.log"), spec.remote_idle_us))
+            cmd = qemu_command(qemu, spec, accel, initrd, status_file, shadow)
+            (spec.log.with_suffix(".cmd")).write_text(" ".join(cmd) + "\n")
+            start = time.monotonic()
+            timed_out = False
+            with open(spec.log, "wb") as logf:
+                parent = os.getpid()
+                proc = subprocess.Popen(cmd, stdin=None if spec.interactive else subprocess.DEVNULL,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        start_new_session=not spec.interactive,
+                                        pass_fds=shadow.pass_fds() if shadow else (),
+                                        preexec_fn=lambda: _die_with_parent(parent))
+                # QEMU never outlives this function: not on a timeout, an
+                # exception, SIGINT/SIGTERM (see cli) or a closed output pipe.
+                try:
+                    timed_out = _follow(proc, spec, logf, start, shadow)
+                finally:
+                    stop(proc, own_group=not spec.interactive)
+            shadow_died = shadow is not None and not shadow.alive()
         status = protocol.parse_status(status_file.read_text(errors="replace")) if status_file.exists() else None
     seconds = time.monotonic() - start
     text = spec.log.read_text(errors="replace")
     failures = logscan.failure_lines(text, context=12)
     if failures:
         code = EXIT_KERNEL_FAILURE
+    elif shadow_died:
+        code = EXIT_SHADOW_DIED
     elif status is not None:
         code = status
     elif timed_out:
