@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -88,3 +89,30 @@ def stream(cmd: Sequence[str | Path], log: Path, on_line: Callable[[str], None],
             lines = fh.read().splitlines()
         errs = [l for l in lines if "error" in l.lower() or "Error" in l][-15:] or lines[-25:]
         raise UklError(f"{what} failed (exit {rc}); full log: {log}\n  " + "\n  ".join(errs), hint)
+
+
+def cached_host_build(out_dir: Path, stem: str, suffix: str, sources: Sequence[Path], flags: Sequence[str],
+                      what: str, source_hint: str, cc_hint: str) -> Path:
+    """Compile SOURCES[0] (the others are what it includes) with the host's
+    C compiler and FLAGS into OUT_DIR/STEM-HASH+SUFFIX, once per version of
+    the sources and flags; WHAT names it in errors."""
+    h = hashlib.sha256(" ".join(flags).encode())
+    for src in sources:
+        try:
+            h.update(src.name.encode() + b"\0" + src.read_bytes())
+        except OSError as e:
+            raise UklError(f"cannot read the source of {what}, {src}: {e.strerror}", source_hint) from None
+    out = out_dir / f"{stem}-{h.hexdigest()[:16]}{suffix}"
+    if out.is_file():
+        return out
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.partial")
+    cc = host_cc()
+    res = capture([cc, *flags, "-o", tmp, sources[0]])
+    if res.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        tail = (res.stdout + res.stderr).strip().splitlines()[-20:]
+        raise UklError(f"building {what} {sources[0]} with {cc} failed (exit {res.returncode}):\n  "
+                       + "\n  ".join(tail), cc_hint)
+    tmp.replace(out)
+    return out

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
-import hashlib
 import math
 import os
 import re
@@ -22,7 +21,7 @@ from types import TracebackType
 
 from ukltool.errors import UklError
 from ukltool.paths import REPO, cache_dir
-from ukltool.proc import capture, host_cc
+from ukltool.proc import cached_host_build
 
 REMOTE_DIR = REPO / "tools" / "remote"
 SOURCES = [REMOTE_DIR / "ukl-shadow.c", REMOTE_DIR / "ukl_ring.h"]
@@ -120,36 +119,13 @@ def below_4g(ram_bytes: int) -> int:
 
 # ---- The shadow's binary ----
 
-def _digest() -> str:
-    h = hashlib.sha256(" ".join(CFLAGS).encode())
-    for src in SOURCES:
-        try:
-            h.update(src.name.encode() + b"\0" + src.read_bytes())
-        except OSError as e:
-            raise UklError(f"cannot read the shadow's source {src}: {e.strerror}",
-                           "tools/remote/ belongs to the ukl checkout") from None
-    return h.hexdigest()[:16]
-
-
 def build_shadow() -> Path:
     """The shadow's executable in the cache, bin/ukl-shadow-HASH (built when
     its sources or flags changed)."""
-    out = cache_dir() / "bin" / f"ukl-shadow-{_digest()}"
-    if out.is_file():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f"{out.name}.{os.getpid()}.partial")
-    cc = host_cc()
-    res = capture([cc, *CFLAGS, "-o", tmp, SOURCES[0]])
-    if res.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        tail = (res.stdout + res.stderr).strip().splitlines()[-20:]
-        raise UklError(f"building the remote-call shadow {SOURCES[0]} with {cc} failed "
-                       f"(exit {res.returncode}):\n  " + "\n  ".join(tail),
-                       "fix the source, or install the host compiler and headers "
-                       "(`apt-get install gcc linux-libc-dev`)")
-    tmp.replace(out)
-    return out
+    return cached_host_build(cache_dir() / "bin", "ukl-shadow", "", SOURCES, CFLAGS, "the remote-call shadow",
+                             "tools/remote/ belongs to the ukl checkout",
+                             "fix the source, or install the host compiler and headers "
+                             "(`apt-get install gcc linux-libc-dev`)")
 
 
 # ---- Running it ----
