@@ -159,6 +159,8 @@ static inline long ukl_rtc_end(void)
  *	int ukl_remote_off(void)	its paths name local files again
  *	int ukl_remote_disable(void)	remote files are unreachable (EBADF)
  *	int ukl_remote_null(void)	one round trip to the host (benchmarks)
+ *	int ukl_remote_poll(void)	wait for the host's answers spinning
+ *	int ukl_remote_irq(void)	wait for them asleep, until its interrupt
  *
  * Each returns 0, or -1 with errno set. Once enabled, read, write, pread,
  * pwrite, readv, writev, lseek, fstat, ftruncate, fsync, fdatasync,
@@ -171,6 +173,9 @@ static inline long ukl_rtc_end(void)
  * the console works while on. Everything else (mmap, fork, exec, signals,
  * dup, fcntl, poll...) stays local; on a remote descriptor it fails with
  * EBADF.
+ * A thread waits as `ukl run --remote-notify` says (default: it polls)
+ * until it calls ukl_remote_poll() or ukl_remote_irq(); the latter fails
+ * with EPERM before enable and ENODEV without the host's interrupt.
  * Threads inherit the setting; children with a file table of their own,
  * and exec, start without remote files. Errors of enable: ENODEV (no
  * --remote), EBUSY (another process that is still alive has the host's
@@ -201,6 +206,8 @@ static inline int ukl_remote_disable(void) { return (int)ukl_remote_(1); }
 static inline int ukl_remote_on(void) { return (int)ukl_remote_(2); }
 static inline int ukl_remote_off(void) { return (int)ukl_remote_(3); }
 static inline int ukl_remote_null(void) { return (int)ukl_remote_(4); }
+static inline int ukl_remote_poll(void) { return (int)ukl_remote_(5); }
+static inline int ukl_remote_irq(void) { return (int)ukl_remote_(6); }
 static inline int ukl_remote_fd(int fd) { return fd >= UKL_REMOTE_FD_BASE; }
 
 #endif /* UKL_CALL_H */

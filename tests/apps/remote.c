@@ -14,7 +14,11 @@
  *   remote big     one read() of big.bin (64 MiB) into a malloc'd buffer
  *   remote spin    read big.bin in a loop until killed
  *   remote enosys  enable in an ordinary process (--config linux)
- *   remote time    median cycles of ukl_remote_null() and getppid()
+ *   remote time    median cycles of ukl_remote_null(), polling and asleep,
+ *                  and of getppid()
+ *
+ * With REMOTE_IRQ=1 in the environment, every enable is followed by
+ * ukl_remote_irq(): the thread sleeps until the host's interrupt.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -37,6 +41,18 @@
 #define MIB (1u << 20)
 
 static unsigned char bss_buf[MIB];
+
+/* ukl_remote_enable(), and ukl_remote_irq() with REMOTE_IRQ=1 */
+static int enable(void)
+{
+	int r = ukl_remote_enable();
+
+	if (!r && getenv("REMOTE_IRQ") && ukl_remote_irq()) {
+		perror("ukl_remote_irq");
+		exit(3);
+	}
+	return r;
+}
 static void *volatile nothing;
 static const char rodata_msg[] = "constant bytes from the image\n";
 
@@ -83,8 +99,8 @@ static int files(void)
 	int fd, dfd;
 
 	say("on before enable", ukl_remote_on());
-	say("enable", ukl_remote_enable());
-	say("enable again", ukl_remote_enable());
+	say("enable", enable());
+	say("enable again", enable());
 	say("on", ukl_remote_on());
 	printf("printf while on reaches the console\n");
 
@@ -168,7 +184,7 @@ static int files(void)
 	say("dup a remote fd", dup(fd));
 	say("disable", ukl_remote_disable());
 	say("read a remote fd after disable", read(fd, line, 5));
-	say("enable again", ukl_remote_enable());
+	say("enable again", enable());
 	say("read a remote fd after enable", read(fd, line, 5));
 	say("close", close(fd));
 	say("byp while enabled", ukl_opts(UKL_OPT_BYP, 0) == -EBUSY ? 0 : -1);
@@ -244,7 +260,7 @@ static int tree(void)
 	int fd, dfd, tmpfd = open("/tmp", O_RDONLY | O_DIRECTORY);
 
 	pthread_create(&t, NULL, local_thread, NULL);
-	say("enable", ukl_remote_enable());
+	say("enable", enable());
 	say("on", ukl_remote_on());
 	next_step();
 	wait_step(2);
@@ -302,7 +318,7 @@ static int big(void)
 	long r;
 	int fd;
 
-	if (!p || ukl_remote_enable() || ukl_remote_on())
+	if (!p || enable() || ukl_remote_on())
 		return 1;
 	fd = open("big.bin", O_RDONLY);
 	say_fd("open big.bin", fd);
@@ -321,7 +337,7 @@ static int spin(void)
 	static unsigned char buf[4 * MIB];
 	int fd;
 
-	if (ukl_remote_enable() || ukl_remote_on())
+	if (enable() || ukl_remote_on())
 		return 1;
 	fd = open("big.bin", O_RDONLY);
 	printf("spinning\n");
@@ -347,21 +363,33 @@ static unsigned long long median(unsigned long long *v, int n)
 static int timing(void)
 {
 	enum { N = 2000 };
-	static unsigned long long t_null[N], t_ppid[N];
+	static unsigned long long t_null[N], t_irq[N], t_ppid[N];
 
-	if (ukl_remote_enable())
+	/* In blocks: the host spins while polling threads call, else sleeps */
+	if (ukl_remote_enable() || ukl_remote_poll())
 		return 1;
 	for (int i = 0; i < N; i++) {
 		unsigned long long t0 = __rdtsc();
 
 		ukl_remote_null();
 		t_null[i] = __rdtsc() - t0;
-		t0 = __rdtsc();
+	}
+	if (ukl_remote_irq())
+		return 1;
+	for (int i = 0; i < N; i++) {
+		unsigned long long t0 = __rdtsc();
+
+		ukl_remote_null();
+		t_irq[i] = __rdtsc() - t0;
+	}
+	for (int i = 0; i < N; i++) {
+		unsigned long long t0 = __rdtsc();
+
 		syscall(SYS_getppid);
 		t_ppid[i] = __rdtsc() - t0;
 	}
-	printf("TIME null remote call %llu cycles, getppid %llu cycles (median of %d)\n",
-	       median(t_null, N), median(t_ppid, N), N);
+	printf("TIME null remote call %llu cycles, asleep %llu cycles, getppid %llu cycles (median of %d)\n",
+	       median(t_null, N), median(t_irq, N), median(t_ppid, N), N);
 	return 0;
 }
 

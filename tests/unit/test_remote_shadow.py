@@ -5,7 +5,9 @@ and checks the answers: file I/O in and out of RAM at guest-physical
 addresses on both sides of the PCI hole, and a matrix of bad requests, each
 answered with its errno, after which the shadow still answers. Also its
 confinement (seccomp, no_new_privs, the uid of DIR's owner) and its end:
-SIGTERM with statistics, and the death of its parent. The directory calls
+SIGTERM with statistics, and the death of its parent. As QEMU's ivshmem
+server it hands over the ring and the eventfds; it sleeps until the
+doorbell and rings ours for a request that asks for an interrupt. The directory calls
 (getdents64, mkdirat, unlinkat, renameat2, statx) and fsync, fdatasync and
 ftruncate, with the escapes each path operation refuses."""
 
@@ -17,7 +19,9 @@ import itertools
 import mmap
 import os
 import random
+import select
 import shutil
+import socket
 import stat
 import struct
 import subprocess
@@ -77,6 +81,7 @@ class Guest:
         self.ring = mmap.mmap(sh.ring_fd, remote.RING_SIZE)
         self.ram = mmap.mmap(sh.ram_fd, sh.ram_bytes)
         self.next_slot = 0
+        self.host_efd: int | None = getattr(sh, "test_efds", {}).get(1)
 
     def close(self) -> None:
         self.ring.close()
@@ -91,7 +96,7 @@ class Guest:
         return self.ram[off:off + n]
 
     def call(self, op: int, *args: int, segs: Sequence[tuple[int, int]] = (), path: str | bytes | None = None,
-             nsegs: int | None = None, inline_len: int | None = None) -> tuple[int, bytes]:
+             nsegs: int | None = None, inline_len: int | None = None, flags: int = 0) -> tuple[int, bytes]:
         """Send a request; (ret, the inline output)."""
         i = self.next_slot
         self.next_slot = (i + 1) % remote.RING_SLOTS
@@ -112,9 +117,14 @@ class Guest:
             ctypes_memmove(s, data)
             s.inline_len = len(data) if inline_len is None else inline_len
             s.ret = 0x5A5A
+            s.flags = flags
             seq = next(SEQ)
             s.seq = seq
             s.state = remote.SLOT_REQ  # the last store (x86: stores are seen in order)
+            # The doorbell, as the guest kernel rings it (without its barrier
+            # a late wakeup is possible: the shadow looks again every 100 ms)
+            if self.host_efd is not None and remote.RingHdr.from_buffer(self.ring, 0).host_asleep:
+                os.eventfd_write(self.host_efd, 1)
             deadline = time.monotonic() + 5
             while s.state != remote.SLOT_DONE:
                 assert time.monotonic() < deadline, f"no answer to op {op:#x} in slot {i}"
@@ -238,10 +248,28 @@ def base():
     shutil.rmtree(top)
 
 
+def ivshmem_messages(sock: socket.socket, n: int) -> list[tuple[int, int | None]]:
+    """N messages of QEMU's ivshmem server protocol: (value, fd or None)."""
+    out: list[tuple[int, int | None]] = []
+    while len(out) < n:
+        data, fds, _, _ = socket.recv_fds(sock, 8, 1)
+        assert len(data) == 8, "a short ivshmem message"
+        assert len(fds) <= 1
+        out.append((struct.unpack("<q", data)[0], fds[0] if fds else None))
+    return out
+
+
 @pytest.fixture(scope="module")
 def shadow(base):
     with remote.Shadow(base / "dir", RAM, base / "shadow.log", below_4g_bytes=LOW) as sh:
+        # QEMU's side of the handshake: what a test of it checks, and the eventfds
+        assert sh.qemu_sock is not None
+        sh.test_handshake = ivshmem_messages(sh.qemu_sock, 5)  # type: ignore[attr-defined]
+        sh.test_efds = {v: fd for v, fd in sh.test_handshake[3:]}  # type: ignore[attr-defined]
         yield sh
+        for _, fd in sh.test_handshake:  # type: ignore[attr-defined]
+            if fd is not None:
+                os.close(fd)
 
 
 @pytest.fixture
@@ -255,8 +283,9 @@ def guest(shadow):
 
 def test_header_and_confinement(shadow, guest):
     hdr = remote.RingHdr.from_buffer_copy(guest.ring, 0)
-    assert (hdr.magic, hdr.version, hdr.nslots, hdr.slot_size, hdr.slot_segs, hdr.notify) == \
-        (remote.RING_MAGIC, remote.RING_VERSION, remote.RING_SLOTS, remote.SLOT_SIZE, remote.SLOT_SEGS, 0)
+    assert (hdr.magic, hdr.version, hdr.nslots, hdr.slot_size, hdr.slot_segs, hdr.notify, hdr.host_peer) == \
+        (remote.RING_MAGIC, remote.RING_VERSION, remote.RING_SLOTS, remote.SLOT_SIZE, remote.SLOT_SEGS,
+         remote.NOTIFY_POLL, 1)
     assert (hdr.host_pid, hdr.ram_size, hdr.below_4g) == (shadow.pid, RAM, LOW)
     status = Path(f"/proc/{shadow.pid}/status").read_text()
     assert "\nSeccomp:\t2\n" in status
@@ -268,7 +297,7 @@ def test_header_and_confinement(shadow, guest):
     log = shadow.log.read_text()
     assert "landlock: abi " in log or "landlock: unavailable (" in log
     beat = hdr.heartbeat
-    time.sleep(0.01)
+    assert guest.call(remote.ROP_NULL)[0] == -errno.ENOSYS  # its loop turns (awake, or woken by the doorbell)
     assert remote.RingHdr.from_buffer_copy(guest.ring, 0).heartbeat > beat
 
 
@@ -906,11 +935,12 @@ def test_startup_failures_are_uklerrors(base, tmp_path):
 
 def test_qemu_arguments(shadow):
     args = shadow.qemu_args()
+    sock = shadow.qemu_sock.fileno()
     assert args == [
         "-object", f"memory-backend-file,id=ukl-ram,size={RAM},mem-path=/proc/self/fd/{shadow.ram_fd},share=on",
-        "-object", f"memory-backend-file,id=ukl-ring,size=1M,mem-path=/proc/self/fd/{shadow.ring_fd},share=on",
-        "-device", "ivshmem-plain,memdev=ukl-ring"]
-    assert shadow.pass_fds() == (shadow.ram_fd, shadow.ring_fd)
+        "-chardev", f"socket,id=ukl-ring,fd={sock}",
+        "-device", "ivshmem-doorbell,chardev=ukl-ring,vectors=1"]
+    assert shadow.pass_fds() == (shadow.ram_fd, sock)
     assert remote.Shadow.machine_suffix == ",memory-backend=ukl-ram"
     # Sealed: nobody can shrink guest RAM under a mapping
     with pytest.raises(OSError):
@@ -959,3 +989,58 @@ def test_random_requests_never_crash_it(base):
         assert sh.alive(), sh.log.read_text()
     assert sh.proc is not None and sh.proc.returncode == 0, sh.log.read_text()
     assert sh.stats["calls"] == 3001
+
+
+def test_ivshmem_handshake(shadow):
+    """What QEMU's ivshmem-doorbell reads from its server: the protocol
+    version, its own peer ID, the ring's memory, then one eventfd for the
+    host (peer 1, which the guest's doorbell rings) and its own (peer 0,
+    the guest's interrupt)."""
+    msgs = shadow.test_handshake
+    assert [v for v, _ in msgs] == [0, 0, -1, 1, 0]
+    assert [fd is None for _, fd in msgs] == [True, True, False, False, False]
+    ring = os.fstat(msgs[2][1])
+    assert (ring.st_ino, ring.st_dev) == (os.fstat(shadow.ring_fd).st_ino, os.fstat(shadow.ring_fd).st_dev)
+    for _, fd in msgs[3:]:
+        assert os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[eventfd]"
+
+
+def _readable(fd: int, timeout: float) -> bool:
+    return bool(select.select([fd], [], [], timeout)[0])
+
+
+def test_it_sleeps_until_the_doorbell_and_interrupts_a_sleeper(shadow, guest):
+    """Idle, the shadow sets host_asleep and waits on its eventfd; a request
+    that asks for an interrupt (SLOT_IRQ) is answered with one on the
+    guest's eventfd, a polling request without."""
+    guest_efd = shadow.test_efds[0]
+    while _readable(guest_efd, 0):
+        os.eventfd_read(guest_efd)
+    deadline = time.monotonic() + 5
+    while not remote.RingHdr.from_buffer_copy(guest.ring, 0).host_asleep:
+        assert time.monotonic() < deadline, "the shadow never went to sleep"
+        time.sleep(0.001)
+    beat = remote.RingHdr.from_buffer_copy(guest.ring, 0).heartbeat
+    time.sleep(0.03)  # asleep: its loop does not turn (it looks every 100 ms)
+    assert remote.RingHdr.from_buffer_copy(guest.ring, 0).heartbeat - beat <= 1
+    assert guest.call(remote.ROP_NULL, flags=remote.SLOT_IRQ)[0] == -errno.ENOSYS
+    assert _readable(guest_efd, 5) and os.eventfd_read(guest_efd) == 1
+    assert guest.call(remote.ROP_NULL)[0] == -errno.ENOSYS
+    assert not _readable(guest_efd, 0.05)
+    # Right after answering a sleeper it sleeps again at once; a polling
+    # request keeps it awake (polling) for --idle-us
+    assert guest.call(remote.ROP_NULL, flags=remote.SLOT_IRQ)[0] == -errno.ENOSYS
+    os.eventfd_read(guest_efd)
+    deadline = time.monotonic() + 0.5
+    while not remote.RingHdr.from_buffer_copy(guest.ring, 0).host_asleep:
+        assert time.monotonic() < deadline, "the shadow did not sleep after answering a sleeper"
+        time.sleep(0.0005)
+
+
+def test_notify_irq_is_in_the_header(base, tmp_path):
+    with remote.Shadow(base / "dir", RAM, tmp_path / "s.log", below_4g_bytes=LOW, notify="irq") as sh:
+        ring = mmap.mmap(sh.ring_fd, remote.RING_SIZE)
+        assert remote.RingHdr.from_buffer_copy(ring, 0).notify == remote.NOTIFY_IRQ
+        ring.close()
+    with pytest.raises(UklError, match="remote-notify"):
+        remote.Shadow(base / "dir", RAM, tmp_path / "s.log", notify="sometimes")

@@ -7,6 +7,9 @@ is refused, local descriptors stay local; a 64 MiB read moves through
 guest RAM, not the ring (the shadow's zero-copy count); a process killed in
 the middle of its remote calls leaves a ring the next one can use; an
 ordinary process in the same guest, and a program on Linux, get ENOSYS.
+Threads wait for the host spinning or asleep until its interrupt: on base
+the first runs poll and the second sleeps (ukl_remote_irq()); on base-debug
+every run sleeps (--remote-notify irq), so lockdep sees the sleeping path.
 One boot per configuration, under the normal and the debug kernel."""
 
 from __future__ import annotations
@@ -132,15 +135,15 @@ def test_a_program_on_linux_gets_enosys(ordinary):
     assert res.stdout.splitlines() == [f"enable: {nosys}", f"on: {nosys}", f"null: {nosys}"], res.stdout
 
 
-@pytest.mark.parametrize("config", ["base", "base-debug"])
-def test_remote_files(outdir, tmp_path, ordinary, config):
+@pytest.mark.parametrize("config,notify", [("base", "poll"), ("base-debug", "irq")])
+def test_remote_files(outdir, tmp_path, ordinary, config, notify):
     image = build(SRC, config, outdir / f"remote-{config}", "--userspace", "--file", f"{ordinary}:/bin/remote3")
     d = prepare(tmp_path)
     outside = (d.parent / "outside.txt").read_bytes()
     sh = ("/bin/remote3 enosys; $UKL_APP files && $UKL_APP tree && $UKL_APP big && $UKL_APP time && "
           "{ $UKL_APP spin & p=$!; sleep 3; kill -9 $p; wait $p; echo killed=$?; } && "
-          "echo second run && $UKL_APP files")
-    res = ukl("run", image, "--remote", str(d), "--timeout", "900", "--sh", sh)
+          "echo second run && REMOTE_IRQ=1 $UKL_APP files && grep ukl-ring /proc/interrupts")
+    res = ukl("run", image, "--remote", str(d), "--remote-notify", notify, "--timeout", "900", "--sh", sh)
     assert res.returncode == 0, res.stdout
     out = res.stdout
     nosys = "-1 Function not implemented"
@@ -155,8 +158,12 @@ def test_remote_files(outdir, tmp_path, ordinary, config):
     # After a client was killed in the middle of its calls, the next one works
     second = app_lines(out, "second run")
     assert second[1:1 + len(FILES)] == FILES, out
-    timing = re.search(r"^TIME null remote call (\d+) cycles, getppid (\d+) cycles", out, re.M)
+    timing = re.search(r"^TIME null remote call (\d+) cycles, asleep (\d+) cycles, getppid (\d+) cycles",
+                       out, re.M)
     assert timing, out
+    # The ring's MSI-X vector, and the interrupts of the threads that slept
+    irq = re.search(r"^\s*\d+:((?:\s+\d+)+)\s.*\bukl-ring$", out, re.M)
+    assert irq and sum(map(int, irq[1].split())) > 0, out
     # The host's side of it
     assert (d / "w.bin").read_bytes() == expected_w_bin()
     if os.geteuid() == 0:

@@ -3,8 +3,9 @@
  * ukl-shadow: the host side of UKL remote system calls.
  *
  * A UKL kernel in QEMU forwards some file system calls of an application
- * through a ring of slots (ukl_ring.h) in a memfd that QEMU exposes as an
- * ivshmem-plain BAR. The guest's RAM is a memfd too, which this process maps
+ * through a ring of slots (ukl_ring.h) in a memfd that QEMU exposes as BAR2
+ * of an ivshmem-doorbell device, whose server we are: each side can sleep
+ * until the other rings its eventfd. The guest's RAM is a memfd too, which this process maps
  * once: data buffers arrive as guest-physical runs and become iovecs into that
  * mapping, so reads and writes move bytes between the page cache and the
  * guest's own pages with no copy of ours.
@@ -16,7 +17,8 @@
  * place, and each request is copied into private memory before it is checked.
  *
  * ukl-shadow --ram-fd N --ram-size BYTES --below-4g BYTES --ring-fd N
- *            --dir DIR --parent PID [--idle-us N]
+ *            --dir DIR --parent PID [--idle-us N] [--ivshmem-fd N]
+ *            [--notify poll|irq]
  *
  * See docs/plans/remote-syscalls.md, section 6.
  */
@@ -33,9 +35,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -94,6 +99,12 @@ static uint64_t ram_size, below_4g;
 static const char *dir;
 static pid_t parent;
 static long idle_us = 1000;
+static int ivshmem_fd = -1;	/* QEMU's chardev: we are its ivshmem server */
+static uint32_t notify = UKL_NOTIFY_POLL;
+
+/* The doorbells: the guest rings host_efd, we ring guest_efd (its MSI-X) */
+#define HOST_PEER	1	/* our ivshmem peer ID; QEMU is peer 0 */
+static int host_efd = -1, guest_efd = -1;
 
 /* Set up at startup */
 static int rootfd = -1;
@@ -128,7 +139,7 @@ static void die(const char *fmt, ...)
 static void usage(void)
 {
 	fprintf(stderr, "usage: %s --ram-fd N --ram-size BYTES --below-4g BYTES --ring-fd N "
-		"--dir DIR --parent PID [--idle-us N]\n", prog);
+		"--dir DIR --parent PID [--idle-us N] [--ivshmem-fd N] [--notify poll|irq]\n", prog);
 	exit(2);
 }
 
@@ -170,6 +181,15 @@ static void parse_args(int argc, char **argv)
 			dir = val;
 		} else if (!strcmp(opt, "--parent")) {
 			parent = (pid_t)parse_u64(opt, val);
+		} else if (!strcmp(opt, "--ivshmem-fd")) {
+			ivshmem_fd = (int)parse_u64(opt, val);
+		} else if (!strcmp(opt, "--notify")) {
+			if (!strcmp(val, "poll"))
+				notify = UKL_NOTIFY_POLL;
+			else if (!strcmp(val, "irq"))
+				notify = UKL_NOTIFY_IRQ;
+			else
+				die("--notify: poll or irq, not '%s'", val);
 		} else if (!strcmp(opt, "--idle-us")) {
 			if (!strcmp(val, "-1"))
 				idle_us = -1;
@@ -183,6 +203,8 @@ static void parse_args(int argc, char **argv)
 	}
 	if (ramfd < 0 || ringfd < 0 || !dir || !parent || !have_ram || !have_below)
 		usage();
+	if (notify == UKL_NOTIFY_IRQ && ivshmem_fd < 0)
+		die("--notify irq needs --ivshmem-fd: without a doorbell both sides poll");
 	if (!ram_size || below_4g > ram_size || below_4g > (1ULL << 32) ||
 	    ram_size - below_4g > (1ULL << 56))
 		die("bad RAM geometry: --ram-size %llu --below-4g %llu",
@@ -294,7 +316,7 @@ static void seccomp(void)
 		SYS_preadv2, SYS_pwritev2, SYS_lseek, SYS_close, SYS_fstat, SYS_newfstatat,
 		SYS_openat2, SYS_getdents64, SYS_mkdirat, SYS_unlinkat, SYS_renameat2,
 		SYS_fsync, SYS_fdatasync, SYS_ftruncate, SYS_statx,
-		SYS_clock_nanosleep, SYS_nanosleep, SYS_clock_gettime,
+		SYS_clock_nanosleep, SYS_nanosleep, SYS_clock_gettime, SYS_ppoll, SYS_poll,
 		SYS_getppid, SYS_brk, SYS_munmap, SYS_rt_sigreturn, SYS_restart_syscall,
 		SYS_exit, SYS_exit_group,
 	};
@@ -331,6 +353,55 @@ static void seccomp(void)
 
 	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &fp))
 		die("seccomp: %s", strerror(errno));
+}
+
+/* One message of QEMU's ivshmem server protocol: a 64-bit value and an fd */
+static void ivshmem_send(int64_t value, int fd)
+{
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} c;
+	struct iovec iov = { .iov_base = &value, .iov_len = sizeof(value) };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	if (fd >= 0) {
+		memset(&c, 0, sizeof(c));
+		m.msg_control = c.buf;
+		m.msg_controllen = sizeof(c.buf);
+		c.h.cmsg_level = SOL_SOCKET;
+		c.h.cmsg_type = SCM_RIGHTS;
+		c.h.cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(&c.h), &fd, sizeof(int));
+	}
+	if (sendmsg(ivshmem_fd, &m, MSG_NOSIGNAL) != (ssize_t)sizeof(value))
+		die("--ivshmem-fd %d: sending to QEMU: %s", ivshmem_fd, strerror(errno));
+}
+
+/*
+ * Serve QEMU's ivshmem-doorbell (docs/specs/ivshmem-spec.rst in QEMU): the
+ * protocol version, its peer ID (0), the ring, then one eventfd per peer and
+ * vector: ours (HOST_PEER, rung by the guest's doorbell writes) and its own
+ * (which raises the guest's MSI-X vector 0). QEMU reads these when it starts;
+ * the socket buffers them until then.
+ */
+static void ivshmem_serve(void)
+{
+	struct stat st;
+
+	if (ivshmem_fd < 0)
+		return;
+	if (fstat(ivshmem_fd, &st) || !S_ISSOCK(st.st_mode))
+		die("--ivshmem-fd %d: not a socket", ivshmem_fd);
+	host_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	guest_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (host_efd < 0 || guest_efd < 0)
+		die("eventfd: %s", strerror(errno));
+	ivshmem_send(0, -1);		/* IVSHMEM_PROTOCOL_VERSION */
+	ivshmem_send(0, -1);		/* QEMU's peer ID */
+	ivshmem_send(-1, ringfd);	/* the shared memory */
+	ivshmem_send(HOST_PEER, host_efd);
+	ivshmem_send(0, guest_efd);
 }
 
 static void on_term(int sig)
@@ -395,6 +466,8 @@ static void startup(void)
 	if (sigaction(SIGTERM, &sa, NULL) || sigaction(SIGINT, &sa, NULL))
 		die("sigaction: %s", strerror(errno));
 
+	ivshmem_serve();
+
 	/* 6. and 7.: Landlock needs no_new_privs as an unprivileged process */
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1UL, 0UL, 0UL, 0UL))
 		die("PR_SET_NO_NEW_PRIVS: %s", strerror(errno));
@@ -407,7 +480,9 @@ static void startup(void)
 	hdr->nslots = UKL_RING_SLOTS;
 	hdr->slot_size = UKL_SLOT_SIZE;
 	hdr->slot_segs = UKL_SLOT_SEGS;
-	hdr->notify = 0;
+	hdr->notify = notify;
+	hdr->host_asleep = 0;
+	hdr->host_peer = host_efd >= 0 ? HOST_PEER : 0;
 	hdr->host_pid = (__u32)self;
 	hdr->ram_size = ram_size;
 	hdr->below_4g = below_4g;
@@ -928,8 +1003,18 @@ static long execute(const struct req *r, struct resp *out)
 	}
 }
 
-/* Answer slot i if it holds a new request; whether it did */
-static bool serve_slot(int i)
+/* Does slot i hold a request not answered yet? */
+static bool slot_pending(const struct ukl_slot *s, int i)
+{
+	return __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) == UKL_SLOT_REQ &&
+	       !(served[i] && __atomic_load_n(&s->seq, __ATOMIC_RELAXED) == last_seq[i]);
+}
+
+/* What serve_slot() did */
+enum served { NONE, POLLED, SLEPT };
+
+/* Answer slot i if it holds a new request: for a thread that polls or sleeps */
+static enum served serve_slot(int i)
 {
 	static struct req r;
 	static struct resp out;
@@ -938,11 +1023,11 @@ static bool serve_slot(int i)
 	long ret;
 
 	if (state != UKL_SLOT_REQ)
-		return false;
+		return NONE;
 	/* The snapshot: the guest may go on writing the slot; we look at this only */
 	memcpy(&r.h, s, offsetof(struct ukl_slot, seg));
 	if (served[i] && r.h.seq == last_seq[i])
-		return false;
+		return NONE;
 	/* Only the parts the op reads: segments for I/O, data for paths */
 	r.nsegs = 0;
 	r.inlen = 0;
@@ -967,7 +1052,33 @@ static bool serve_slot(int i)
 	served[i] = true;
 	last_seq[i] = r.h.seq;
 	__atomic_store_n(&s->state, UKL_SLOT_DONE, __ATOMIC_RELEASE);
-	return true;
+	if (!(r.h.flags & UKL_SLOT_IRQ))
+		return POLLED;
+	/* The thread sleeps: its interrupt (a full counter just waits) */
+	if (guest_efd >= 0 && write(guest_efd, &(uint64_t){ 1 }, 8) < 0 && errno != EAGAIN)
+		die("the guest's doorbell: %s", strerror(errno));
+	return SLEPT;
+}
+
+/*
+ * Sleep until the guest rings (or 100 ms pass: the parent check). Saying so
+ * first and then looking at the slots once more, with a full barrier between,
+ * pairs with the guest's store of a request, barrier, load of host_asleep.
+ */
+static void sleep_for_doorbell(void)
+{
+	struct pollfd p = { .fd = host_efd, .events = POLLIN };
+	struct timespec ts = { .tv_sec = 0, .tv_nsec = 100 * 1000 * 1000 };
+	uint64_t v;
+	bool pending = false;
+
+	__atomic_store_n(&hdr->host_asleep, 1, __ATOMIC_SEQ_CST);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	for (int i = 0; i < UKL_RING_SLOTS && !pending; i++)
+		pending = slot_pending((struct ukl_slot *)(ring + 4096 + (size_t)i * UKL_SLOT_SIZE), i);
+	if (!pending && ppoll(&p, 1, &ts, NULL) > 0 && read(host_efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		die("the host's doorbell: %s", strerror(errno));
+	__atomic_store_n(&hdr->host_asleep, 0, __ATOMIC_RELAXED);
 }
 
 static uint64_t now_ns(void)
@@ -986,16 +1097,22 @@ static void serve(void)
 	uint64_t beats = 0;
 
 	while (!stopping) {
-		bool busy = false;
+		bool busy = false, polled = false;
 
-		for (int i = 0; i < UKL_RING_SLOTS; i++)
-			busy |= serve_slot(i);
+		for (int i = 0; i < UKL_RING_SLOTS; i++) {
+			enum served what = serve_slot(i);
+
+			busy |= what != NONE;
+			polled |= what == POLLED;
+		}
 		__atomic_store_n(&hdr->heartbeat, ++beats, __ATOMIC_RELAXED);
 
 		uint64_t now = now_ns();
 
-		if (busy) {
+		/* Only a polling guest keeps us spinning: with sleepers we sleep too */
+		if (polled)
 			last_busy = now;
+		if (busy) {
 			sleep_ns = 0;
 			continue;
 		}
@@ -1006,6 +1123,10 @@ static void serve(void)
 		}
 		if (idle_us < 0 || now - last_busy < (uint64_t)idle_us * 1000) {
 			__builtin_ia32_pause();
+			continue;
+		}
+		if (host_efd >= 0) {
+			sleep_for_doorbell();
 			continue;
 		}
 		/* Back off: 10 us, doubling to 1 ms */

@@ -2,7 +2,7 @@
 /*
  * The ring of UKL remote system calls: shared by a UKL kernel and the
  * shadow process on the host (Documentation/ukl/remote.rst). It is the
- * 1 MiB BAR2 of an ivshmem-plain PCI device whose memory the host created;
+ * 1 MiB BAR2 of an ivshmem-doorbell PCI device whose memory the host created;
  * the guest's RAM is shared with the shadow too, so data buffers are named
  * by guest-physical segments and never pass through the ring.
  */
@@ -12,7 +12,7 @@
 #include <linux/types.h>
 
 #define UKL_RING_MAGIC		0x31474e49524c4b55ULL	/* "UKLRING1" */
-#define UKL_RING_VERSION	1
+#define UKL_RING_VERSION	2
 #define UKL_RING_SIZE		(1U << 20)	/* the BAR: a power of two */
 #define UKL_RING_SLOTS		64
 #define UKL_SLOT_SIZE		8192
@@ -32,6 +32,13 @@
 #define UKL_ROP_NULL		0x1000	/* answered -ENOSYS at once */
 #define UKL_ROP_HELLO		0x1001	/* a new client: close all remote fds */
 
+/* ukl_slot.flags */
+#define UKL_SLOT_IRQ		1	/* the guest sleeps: answer by interrupt */
+
+/* ukl_ring_hdr.notify: how a thread waits until it chooses */
+#define UKL_NOTIFY_POLL		0
+#define UKL_NOTIFY_IRQ		1
+
 /* The ring's first 4096 bytes, written by the host before QEMU starts */
 struct ukl_ring_hdr {
 	__u64 magic;			/* UKL_RING_MAGIC, stored last */
@@ -39,11 +46,13 @@ struct ukl_ring_hdr {
 	__u32 nslots;
 	__u32 slot_size;
 	__u32 slot_segs;
-	__u32 notify;			/* 0: both sides poll */
+	__u32 notify;			/* UKL_NOTIFY_* */
 	__u32 host_pid;
 	__u64 ram_size;			/* guest RAM the host maps */
 	__u64 below_4g;			/* RAM below the PCI hole */
 	__u64 heartbeat;		/* counted by the host's loop */
+	__u32 host_asleep;		/* ring the doorbell to wake the host */
+	__u32 host_peer;		/* the host's ivshmem peer ID */
 };
 
 /* guest-physical bytes [gpa, gpa + len) */

@@ -32,6 +32,7 @@ from ukltool import (
     profiles,
     project,
     recipes,
+    remotebench,
     sources,
     ui,
     vm,
@@ -193,6 +194,10 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--remote-idle-us", type=int, default=1000, metavar="US",
                    help="the shadow polls this long after a request before it sleeps (default 1000; -1: "
                    "always poll, for latency measurements)")
+    r.add_argument("--remote-notify", choices=["poll", "irq"], default="poll",
+                   help="how a thread waits for the host's answer until it calls ukl_remote_poll() or "
+                   "ukl_remote_irq(): spinning (default), or sleeping until the host's interrupt; "
+                   "the host then sleeps between requests too")
     r.add_argument("--log", type=Path, help="console log file (default OUTDIR/console.log)")
     r.add_argument("-v", "--verbose", action="store_true", help="show the kernel's boot messages")
     r.add_argument("args", nargs="*", metavar="ARGS",
@@ -256,6 +261,20 @@ def parser() -> argparse.ArgumentParser:
     sc.add_argument("--from-json", type=Path, metavar="FILE",
                     help="do not run: report the results saved in FILE (by --json)")
     sc.set_defaults(func=cmd_bench)
+
+    rb = bs.add_parser("remote", help="remote system calls: null calls, file I/O and OS jitter",
+                       description="Run bench/remote.c on the host, in a linux guest and in a base guest "
+                       "booted with --remote: a null remote call polling and asleep against getppid, "
+                       "pread/pwrite of 1 B to 64 KiB on a host file against guest tmpfs, and OS jitter "
+                       "(docs/results-remote.md).")
+    rb.add_argument("--quick", action="store_true", help="few batches and short jitter runs (for tests)")
+    rb.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
+    rb.add_argument("--plot", type=Path, metavar="FILE.png", help="draw file I/O latency against size")
+    rb.add_argument("--markdown", type=Path, metavar="FILE.md", help="write the report as Markdown")
+    rb.add_argument("--timeout", type=_positive, default=1800.0, metavar="S", help="per boot (default 1800)")
+    rb.add_argument("--from-json", type=Path, metavar="FILE",
+                    help="do not run: report the results saved in FILE (by --json)")
+    rb.set_defaults(func=cmd_bench_remote)
 
     for name in [*appbench.names(), "apps"]:
         what = "every application with a [bench] recipe section" if name == "apps" else f"the {name} recipe"
@@ -423,7 +442,7 @@ def cmd_run(a: argparse.Namespace) -> int:
                                  forwards=forwards, tap=a.tap, smp=run_smp(a.smp, a.icount), verbose=a.verbose,
                                  interactive=a.shell, accel=None if a.accel == "auto" else a.accel,
                                  remote=a.remote.resolve() if a.remote else None,
-                                 remote_idle_us=a.remote_idle_us))
+                                 remote_idle_us=a.remote_idle_us, remote_notify=a.remote_notify))
     if res.failures:
         ui.err.print(f"[bold red]ukl: the kernel failed[/] (log: {log}):")
         for line in res.failures[:40]:
@@ -461,6 +480,21 @@ def cmd_bench(a: argparse.Namespace) -> int:
         bench.plot(report, a.plot)
     if a.markdown:
         a.markdown.write_text(bench.markdown(report, a.plot))
+    return 0
+
+
+def cmd_bench_remote(a: argparse.Namespace) -> int:
+    report = remotebench.load_json(a.from_json) if a.from_json else remotebench.run(a.quick, a.timeout)
+    ui.err.print(f"machine: {report.machine}; accelerator: {report.accel}; kernels: "
+                 + ", ".join(f"{c} {k}" for c, k in report.kernels.items()), markup=False)
+    for t in remotebench.tables(report):
+        ui.report_console().print(t)
+    if a.json:
+        remotebench.save_json(report, a.json)
+    if a.plot:
+        remotebench.plot(report, a.plot)
+    if a.markdown:
+        a.markdown.write_text(remotebench.markdown(report, a.plot))
     return 0
 
 

@@ -13,6 +13,7 @@ import os
 import re
 import select
 import signal
+import socket
 import subprocess
 import time
 from fractions import Fraction
@@ -30,7 +31,7 @@ CFLAGS = ["-std=gnu11", "-O2", "-g", "-Wall", "-Wextra", "-D_GNU_SOURCE"]
 # ---- The ABI: tools/remote/ukl_ring.h (tests/unit/test_remote_abi.py checks the mirror) ----
 
 RING_MAGIC = 0x31474E49524C4B55  # "UKLRING1"
-RING_VERSION = 1
+RING_VERSION = 2
 RING_SIZE = 1 << 20
 RING_SLOTS = 64
 SLOT_SIZE = 8192
@@ -42,6 +43,9 @@ RFD_MAX = 4096
 SLOT_FREE, SLOT_REQ, SLOT_DONE = 0, 1, 2
 ROP_NULL = 0x1000
 ROP_HELLO = 0x1001
+SLOT_IRQ = 1
+NOTIFY_POLL, NOTIFY_IRQ = 0, 1
+NOTIFY_MODES = {"poll": NOTIFY_POLL, "irq": NOTIFY_IRQ}
 
 
 class RingHdr(ctypes.Structure):
@@ -56,6 +60,8 @@ class RingHdr(ctypes.Structure):
         ("ram_size", ctypes.c_uint64),
         ("below_4g", ctypes.c_uint64),
         ("heartbeat", ctypes.c_uint64),
+        ("host_asleep", ctypes.c_uint32),
+        ("host_peer", ctypes.c_uint32),
     ]
 
 
@@ -187,11 +193,14 @@ class Shadow:
     machine_suffix = ",memory-backend=ukl-ram"
 
     def __init__(self, directory: Path, ram_bytes: int, log: Path, idle_us: int = 1000, *,
-                 below_4g_bytes: int | None = None, ready_timeout: float = 10.0) -> None:
+                 notify: str = "poll", below_4g_bytes: int | None = None, ready_timeout: float = 10.0) -> None:
         if ram_bytes <= 0:
             raise UklError(f"bad guest memory size {ram_bytes}")
         if idle_us < -1:
             raise UklError(f"bad --remote-idle-us {idle_us}", "give microseconds, or -1 to spin always")
+        if notify not in NOTIFY_MODES:
+            raise UklError(f"bad --remote-notify '{notify}'", f"choose one of: {', '.join(NOTIFY_MODES)}")
+        self.notify = notify
         self.directory = directory
         self.ram_bytes = ram_bytes
         self.below_4g = below_4g(ram_bytes) if below_4g_bytes is None else below_4g_bytes
@@ -200,6 +209,9 @@ class Shadow:
         self.ready_timeout = ready_timeout
         self.ram_fd = -1
         self.ring_fd = -1
+        # The ivshmem-doorbell chardev: QEMU's end and the shadow's (its server)
+        self.qemu_sock: socket.socket | None = None
+        self.shadow_sock: socket.socket | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self.stats: dict[str, int] = {}
         self._stopped = False
@@ -231,13 +243,15 @@ class Shadow:
         try:
             self.ram_fd = self._memfd("ukl-ram", self.ram_bytes)
             self.ring_fd = self._memfd("ukl-ring", RING_SIZE)
+            self.qemu_sock, self.shadow_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         except OSError as e:
             self._close_fds()
             raise UklError(f"cannot create {self.ram_bytes} bytes of shared guest memory: {e.strerror}",
                            "give the guest less memory (--memory), or free some on the host") from None
         cmd = [str(exe), "--ram-fd", str(self.ram_fd), "--ram-size", str(self.ram_bytes),
                "--below-4g", str(self.below_4g), "--ring-fd", str(self.ring_fd),
-               "--dir", str(directory), "--parent", str(os.getpid()), "--idle-us", str(self.idle_us)]
+               "--dir", str(directory), "--parent", str(os.getpid()), "--idle-us", str(self.idle_us),
+               "--ivshmem-fd", str(self.shadow_sock.fileno()), "--notify", self.notify]
         self.log.parent.mkdir(parents=True, exist_ok=True)
         # The shadow dies with us by itself: it sets PR_SET_PDEATHSIG and then
         # checks that its parent is still --parent (our pid), which covers the
@@ -245,7 +259,10 @@ class Shadow:
         # we stop it, so that it reports its statistics.
         with open(self.log, "wb") as logf:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=logf,
-                                         pass_fds=(self.ram_fd, self.ring_fd), start_new_session=True)
+                                         pass_fds=(self.ram_fd, self.ring_fd, self.shadow_sock.fileno()),
+                                         start_new_session=True)
+        self.shadow_sock.close()
+        self.shadow_sock = None
         try:
             self._wait_ready()
         except BaseException:
@@ -318,6 +335,10 @@ class Shadow:
             if fd >= 0:
                 os.close(fd)
         self.ram_fd = self.ring_fd = -1
+        for sock in (self.qemu_sock, self.shadow_sock):
+            if sock is not None:
+                sock.close()
+        self.qemu_sock = self.shadow_sock = None
 
     def stop(self, timeout: float = 10.0) -> dict[str, int]:
         """End the shadow (SIGTERM; SIGKILL after TIMEOUT s), append its
@@ -349,12 +370,16 @@ class Shadow:
 
     def qemu_args(self) -> list[str]:
         """QEMU's options for the shared RAM and the ring (the caller adds
-        machine_suffix to `-M pc`; `-m` must stay the same size)."""
+        machine_suffix to `-M pc`; `-m` must stay the same size). The ring
+        is an ivshmem-doorbell whose server, the shadow, hands QEMU the
+        ring's memfd and the eventfds over a socketpair."""
+        assert self.qemu_sock is not None
         return ["-object", f"memory-backend-file,id=ukl-ram,size={self.ram_bytes},"
                            f"mem-path=/proc/self/fd/{self.ram_fd},share=on",
-                "-object", f"memory-backend-file,id=ukl-ring,size=1M,mem-path=/proc/self/fd/{self.ring_fd},share=on",
-                "-device", "ivshmem-plain,memdev=ukl-ring"]
+                "-chardev", f"socket,id=ukl-ring,fd={self.qemu_sock.fileno()}",
+                "-device", "ivshmem-doorbell,chardev=ukl-ring,vectors=1"]
 
     def pass_fds(self) -> tuple[int, ...]:
         """The fds QEMU must inherit (subprocess.Popen(pass_fds=...))."""
-        return (self.ram_fd, self.ring_fd)
+        assert self.qemu_sock is not None
+        return (self.ram_fd, self.qemu_sock.fileno())

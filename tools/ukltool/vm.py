@@ -50,6 +50,7 @@ class RunSpec:
     plugins: list[str] = field(default_factory=list)  # TCG plugins: -plugin arguments (ukltool.plugin)
     remote: Path | None = None  # remote system calls: the shadow's directory on the host (ukltool.remote)
     remote_idle_us: int = 1000  # the shadow polls this long after a request before it sleeps (-1: always)
+    remote_notify: str = "poll"  # how a guest thread waits for the host unless it chooses (remote.NOTIFY_MODES)
 
 
 @dataclass
@@ -281,7 +282,8 @@ def boot(spec: RunSpec) -> RunResult:
             if spec.remote is not None:
                 # Before QEMU: the shadow writes the ring's header QEMU's guest checks
                 shadow = stack.enter_context(remote.Shadow(spec.remote, remote.parse_memory(spec.memory),
-                                                           spec.log.with_name("shadow.log"), spec.remote_idle_us))
+                                                           spec.log.with_name("shadow.log"), spec.remote_idle_us,
+                                                           notify=spec.remote_notify))
             cmd = qemu_command(qemu, spec, accel, initrd, status_file, shadow)
             (spec.log.with_suffix(".cmd")).write_text(" ".join(cmd) + "\n")
             start = time.monotonic()
