@@ -49,9 +49,9 @@ def test_an_unfinished_run_is_an_error():
 def test_null_rows_are_ratios_against_getppid():
     rows = {r[0]: r for r in rb.null_rows(report())}
     poll = rows["null remote call, both sides polling"]
-    assert poll[1:] == ["4.00", "4.40", "2.00x", "40.00x"]
-    assert rows["null remote call, both sides asleep (interrupts)"][3] == "15.00x"
-    assert rows["getppid in the linux guest"][1:] == ["-", "-", "-", "-"]  # not measured here
+    assert poll[1:] == ["4.00", "4.40", "-", "2.00x", "40.00x"]
+    assert rows["null remote call, both sides asleep (interrupts)"][4] == "15.00x"
+    assert rows["getppid in the linux guest"][1:] == ["-", "-", "-", "-", "-"]  # not measured here
 
 
 def test_io_rows():
@@ -63,13 +63,27 @@ def test_markdown_and_json(tmp_path):
     r = report()
     md = rb.markdown(r, tmp_path / "remote.png")
     assert "polling 4.00 us, asleep 30.00 us: 2.00x and 15.00x a local getppid" in md
-    assert "| base | remote-io | 20 | 67 |" in md
+    assert "| base | 1 | remote-io | 20 | 67 |" in md
     assert "![remote and local file I/O against size](remote.png)" in md
     rb.save_json(r, tmp_path / "r.json")
     assert rb.load_json(tmp_path / "r.json") == r
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(UklError, match="cannot read"):
         rb.load_json(tmp_path / "bad.json")
+
+
+def test_repeated_runs_merge_to_the_median_run():
+    runs = [[rb.Row("null-poll", 0, m, m + 10, 40), rb.Row("getppid", 0, 100, 200, 40)] for m in (3000, 1000, 2000)]
+    runs[2].append(rb.Row("only-once", 0, 5, 5, 40))
+    merged = rb.merge(runs)
+    assert merged == [rb.Row("null-poll", 0, 2000, 2010, 120), rb.Row("getppid", 0, 100, 200, 120)]
+    r = report()
+    r.runs["base"] = runs
+    r.repeat = 3
+    assert rb.spread(r, "base", "null-poll") == "1.00-3.00"
+    assert rb.spread(r, "base", "getppid") == "0.10-0.10"
+    assert rb.spread(r, "linux", "getppid") == "-"
+    assert "booted 3 times, interleaved" in rb.markdown(r, None)
 
 
 def test_the_benchmark_on_the_host_leaves_remote_rows_out():

@@ -268,6 +268,8 @@ def parser() -> argparse.ArgumentParser:
                        "pread/pwrite of 1 B to 64 KiB on a host file against guest tmpfs, and OS jitter "
                        "(docs/results-remote.md).")
     rb.add_argument("--quick", action="store_true", help="few batches and short jitter runs (for tests)")
+    rb.add_argument("--repeat", type=_count, metavar="N",
+                    help="boot each guest N times, interleaved; report the median run (default 3; 1 with --quick)")
     rb.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
     rb.add_argument("--plot", type=Path, metavar="FILE.png", help="draw file I/O latency against size")
     rb.add_argument("--markdown", type=Path, metavar="FILE.md", help="write the report as Markdown")
@@ -484,7 +486,8 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
 
 def cmd_bench_remote(a: argparse.Namespace) -> int:
-    report = remotebench.load_json(a.from_json) if a.from_json else remotebench.run(a.quick, a.timeout)
+    repeat = a.repeat or (1 if a.quick else 3)
+    report = remotebench.load_json(a.from_json) if a.from_json else remotebench.run(a.quick, a.timeout, repeat)
     ui.err.print(f"machine: {report.machine}; accelerator: {report.accel}; kernels: "
                  + ", ".join(f"{c} {k}" for c, k in report.kernels.items()), markup=False)
     for t in remotebench.tables(report):

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -51,6 +52,7 @@ class Jitter:
     sum: float
     span: float
     threshold: int
+    run: int = 1  # which boot of --repeat
 
     @property
     def lost(self) -> float:
@@ -64,9 +66,34 @@ class Report:
     quick: bool
     machine: str
     smp: int
+    repeat: int = 1
     kernels: dict[str, str] = field(default_factory=dict)
-    results: dict[str, list[Row]] = field(default_factory=dict)  # host, linux, base
-    jitter: dict[str, list[Jitter]] = field(default_factory=dict)
+    results: dict[str, list[Row]] = field(default_factory=dict)  # host, linux, base: the median run
+    jitter: dict[str, list[Jitter]] = field(default_factory=dict)  # every run's
+    runs: dict[str, list[list[Row]]] = field(default_factory=dict)  # each boot's rows
+
+
+def merge(runs: list[list[Row]]) -> list[Row]:
+    """One row per (op, size) out of several runs: the median of their
+    medians and of their 99th percentiles (rows missing from a run are left
+    out)."""
+    keys = [(r.op, r.size) for r in runs[0]]
+    by_run = [{(r.op, r.size): r for r in rows} for rows in runs]
+    out = []
+    for op, size in keys:
+        rs = [b[op, size] for b in by_run if (op, size) in b]
+        if len(rs) == len(runs):
+            out.append(Row(op, size, int(statistics.median(r.median for r in rs)),
+                           int(statistics.median(r.p99 for r in rs)), sum(r.n for r in rs)))
+    return out
+
+
+def spread(report: Report, where: str, op: str, size: int = 0) -> str:
+    """The runs' medians of (op, size), lowest to highest, in us."""
+    vals = sorted(r.median for rows in report.runs.get(where, []) for r in rows if (r.op, r.size) == (op, size))
+    if len(vals) < 2:
+        return "-"
+    return f"{vals[0] / 1000:.2f}-{vals[-1] / 1000:.2f}"
 
 
 def parse(text: str, where: str) -> tuple[list[Row], list[Jitter]]:
@@ -99,8 +126,9 @@ def _remote_dir(out: Path) -> Path:
     return d
 
 
-def run(quick: bool, timeout: float, smp: int = 2) -> Report:
-    report = Report(accel="", quick=quick, machine=machine(), smp=smp)
+def run(quick: bool, timeout: float, repeat: int = 1, smp: int = 2) -> Report:
+    """REPEAT: boot each guest that many times, interleaved."""
+    report = Report(accel="", quick=quick, machine=machine(), smp=smp, repeat=repeat)
     args = ["quick"] if quick else []
     with ui.step("benchmarking the host"):
         res = capture([str(_host_binary()), *(args or ["full"]), "nojitter"])
@@ -110,12 +138,14 @@ def run(quick: bool, timeout: float, smp: int = 2) -> Report:
     report.results[HOST], _ = parse(res.stdout, "the host")
     for config in GUESTS:
         out = cache_dir() / "bench" / f"remote-{config}"
-        man = image.build(image.BuildSpec([SOURCE], config, out, "remote-bench"))
-        report.kernels[config] = man.kernel_release
+        report.kernels[config] = image.build(image.BuildSpec([SOURCE], config, out, "remote-bench")).kernel_release
+    for k, config in ((k, c) for k in range(1, repeat + 1) for c in GUESTS):
+        out = cache_dir() / "bench" / f"remote-{config}"
         remote = _remote_dir(out) if kernel.is_ukl(config) else None
         with tempfile.TemporaryDirectory(prefix="ukl-bench-") as td:
             archive = initramfs.args_archive(args, Path(td))
-            with ui.step(f"benchmarking '{config}'{' with --remote' if remote else ''}"):
+            what = f"'{config}'{' with --remote' if remote else ''}{f' (run {k} of {repeat})' if repeat > 1 else ''}"
+            with ui.step(f"benchmarking {what}"):
                 res_vm = vm.boot(vm.RunSpec(bzimage=out / "bzImage", initrds=[out / "initramfs.cpio", archive],
                                             log=out / "console.log", timeout=timeout, smp=smp, show=False,
                                             remote=remote))
@@ -124,8 +154,10 @@ def run(quick: bool, timeout: float, smp: int = 2) -> Report:
                            f"see {out / 'console.log'}")
         report.accel = res_vm.accel
         rows, jit = parse((out / "console.log").read_text(errors="replace"), f"'{config}'")
-        report.results[config] = rows
-        report.jitter[config] = jit
+        report.runs.setdefault(config, []).append(rows)
+        report.jitter.setdefault(config, []).extend(Jitter(**{**asdict(j), "run": k}) for j in jit)
+    for config in GUESTS:
+        report.results[config] = merge(report.runs[config])
     if not any(r.op == "null-poll" for r in report.results.get(REMOTE_CONFIG, [])):
         raise UklError(f"'{REMOTE_CONFIG}' made no remote calls", "see its console log for the reason")
     return report
@@ -164,7 +196,7 @@ def null_rows(report: Report) -> list[list[str]]:
     for op, where, what in NULL_ROWS:
         m = median(report, where, op)
         p99 = next((r.p99 for r in report.results.get(where, []) if r.op == op and r.size == 0), None)
-        out.append([what, us(m), us(p99), ratio(m, local), ratio(m, host)])
+        out.append([what, us(m), us(p99), spread(report, where, op), ratio(m, local), ratio(m, host)])
     return out
 
 
@@ -185,8 +217,8 @@ def io_rows(report: Report, kind: str) -> list[list[str]]:
 
 IO_HEAD = ["bytes", "host", "linux: tmpfs", "base: tmpfs", "base: remote, poll", "base: remote, irq",
            "poll vs tmpfs", "irq vs tmpfs"]
-NULL_HEAD = ["call", "median (us)", "p99 (us)", "vs guest getppid", "vs host getppid"]
-JITTER_HEAD = ["kernel", "CPU 1 runs", "interruptions", "per second", "mean (us)", "median (us)", "max (us)",
+NULL_HEAD = ["call", "median (us)", "p99 (us)", "runs' medians (us)", "vs guest getppid", "vs host getppid"]
+JITTER_HEAD = ["kernel", "run", "CPU 1 runs", "interruptions", "per second", "mean (us)", "median (us)", "max (us)",
                "time lost"]
 
 
@@ -195,8 +227,8 @@ def jitter_rows(report: Report) -> list[list[str]]:
     for config, js in report.jitter.items():
         for j in js:
             rate = j.n / (j.span / 1e9) if j.span else 0.0
-            out.append([config, j.load, str(j.n), f"{rate:.0f}", f"{j.mean / 1000:.2f}", f"{j.median / 1000:.2f}",
-                        f"{j.max / 1000:.1f}", f"{j.lost:.2f}%"])
+            out.append([config, str(j.run), j.load, str(j.n), f"{rate:.0f}", f"{j.mean / 1000:.2f}",
+                        f"{j.median / 1000:.2f}", f"{j.max / 1000:.1f}", f"{j.lost:.2f}%"])
     return out
 
 
@@ -235,7 +267,9 @@ def markdown(report: Report, plot_path: Path | None) -> str:
         "thread's request, then sleeps until the doorbell).",
         "",
         "bench/remote.c, built unchanged for the host, `linux` and `base`, times batches of calls with "
-        "CLOCK_MONOTONIC and reports the median and 99th percentile per call over the batches. "
+        "CLOCK_MONOTONIC and reports the median and 99th percentile per call over the batches"
+        + (f"; each guest was booted {report.repeat} times, interleaved, and a row is the median of the "
+           "runs' medians (the null calls show their range). " if report.repeat > 1 else ". ")
         + ("Under TCG a guest nanosecond is host wall time spent emulating, so only ratios within one run "
            "mean anything; the host's own rows are native and are not comparable with the guests' except as "
            "an order of magnitude." if report.accel == "tcg" else "The guests ran under KVM: real time."),
@@ -273,12 +307,23 @@ NOTES = """## Reading these numbers
   time is emulation time, so the ratios against the guest's own getppid
   are the figures to compare with the seed's, and they overstate what the
   host side costs relative to the guest.
-* Polling costs a host CPU and a guest CPU while a call is in flight; with
-  2 host cores and a polling shadow, a 2-vCPU guest shares its cores with
-  it, which the jitter rows show.
+* Polling costs a host CPU and a guest CPU while a call is in flight.
+  Sleeping costs a wakeup on each side: under TCG the doorbell, the
+  shadow's wakeup, QEMU's MSI-X delivery from its main loop and the
+  guest's wakeup are four host thread switches, which is why the asleep
+  call costs tens of microseconds here.
+* Jitter under TCG is mostly the host's: the vCPUs are host threads, and
+  the remote-io load wakes the shadow on one of the same host cores
+  (2 here), so CPU 0's extra interruptions beside it are host scheduling,
+  not guest kernel work. Seed 002 gave dom0 cores of its own.
 * Data is zero-copy: a 64 KiB remote read is one readv by the shadow into
-  the guest's pinned pages, so its cost over tmpfs is the fixed round trip,
-  not the bytes."""
+  the guest's pinned pages, so what it adds to a local read is the fixed
+  round trip, not the bytes. Under TCG a remote read or write of more than
+  a few hundred bytes even beats tmpfs in the guest: the host's kernel
+  copies the bytes natively, while the guest's own copy_to_user() is
+  emulated, instruction by instruction. That is an artifact of emulation;
+  under KVM both copies run at native speed and tmpfs wins by the round
+  trip."""
 
 
 def plot(report: Report, path: Path) -> None:
@@ -315,6 +360,7 @@ def load_json(path: Path) -> Report:
         data = json.loads(path.read_text())
         data["results"] = {c: [Row(**r) for r in rows] for c, rows in data["results"].items()}
         data["jitter"] = {c: [Jitter(**j) for j in js] for c, js in data["jitter"].items()}
+        data["runs"] = {c: [[Row(**r) for r in rows] for rows in runs] for c, runs in data.get("runs", {}).items()}
         return Report(**data)
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise UklError(f"cannot read the remote-call benchmark's results from {path}: {e}",
