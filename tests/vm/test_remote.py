@@ -17,8 +17,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import struct
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -181,3 +183,46 @@ def test_remote_needs_a_directory(basics_linux, tmp_path):
     for bad in (tmp_path / "missing", Path("/etc/hostname")):
         res = ukl("run", basics_linux, "--remote", str(bad))
         assert res.returncode != 0 and "--remote" in res.stdout and "Traceback" not in res.stdout, res.stdout
+
+
+def _shadow_pid(directory: Path) -> int | None:
+    """The running ukl-shadow serving DIRECTORY."""
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].split(b"/")[-1].startswith(b"ukl-shadow") and str(directory).encode() in argv:
+            return int(proc.name)
+    return None
+
+
+def test_the_vm_stops_when_the_shadow_dies(outdir, tmp_path):
+    """The shadow killed under a running guest: `ukl run` stops the VM and
+    exits 122, naming the shadow's log."""
+    image = build(SRC, "base", outdir / "remote-shadow-dies", "--userspace")
+    d = tmp_path / "dir"
+    d.mkdir()
+    os.chmod(tmp_path, 0o755)
+    if os.geteuid() == 0:
+        os.chown(d, NOBODY, NOBODY)
+    (image / "console.log").unlink(missing_ok=True)
+    run = subprocess.Popen([str(REPO / "ukl"), "run", str(image), "--remote", str(d), "--timeout", "600",
+                            "--sh", "echo guest-is-up; sleep 600"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        console = image / "console.log"
+        while not (console.is_file() and "guest-is-up" in console.read_text(errors="replace")):
+            assert run.poll() is None and time.monotonic() < deadline, "the guest did not come up"
+            time.sleep(0.5)
+        pid = _shadow_pid(d)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        out, _ = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 122, out
+    assert "the remote shadow process ended" in out and "shadow.log" in out, out
