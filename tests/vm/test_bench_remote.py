@@ -33,5 +33,5 @@ def test_bench_remote_quick(tmp_path):
     loads = {c: [j["load"] for j in js] for c, js in rep["jitter"].items()}
     assert loads == {"linux": ["none", "local-io"], "base": ["none", "local-io", "remote-io"]}
     md = (tmp_path / "results-remote.md").read_text()
-    assert "## Null calls" in md and "Seed 002" in md and "| base | remote-io |" in md
+    assert "## Null calls" in md and "Seed 002" in md and "| base | 1 | remote-io |" in md
     assert (tmp_path / "remote.png").stat().st_size > 10000
