@@ -91,6 +91,7 @@ static inline long ukl_call6(const void *fn, long a1, long a2, long a3, long a4,
 #define UKL_NR_OPTS 0x10001
 #define UKL_OPT_BYP 0x01	/* system calls without pending work skip entry/exit work */
 #define UKL_OPT_RET 0x02	/* returns from interruptions jump back, no IRET */
+#define UKL_OPT_SHORTCUT 0x08	/* read/write/send/recv on TCP take the shortcuts below */
 
 static inline long ukl_opts(unsigned long set, unsigned long clear)
 {
@@ -209,5 +210,74 @@ static inline int ukl_remote_null(void) { return (int)ukl_remote_(4); }
 static inline int ukl_remote_poll(void) { return (int)ukl_remote_(5); }
 static inline int ukl_remote_irq(void) { return (int)ukl_remote_(6); }
 static inline int ukl_remote_fd(int fd) { return fd >= UKL_REMOTE_FD_BASE; }
+
+/*
+ * TCP shortcuts (Documentation/ukl, "TCP shortcuts"):
+ *
+ *	ssize_t ukl_tcp_read(int fd, void *buf, size_t count)
+ *	ssize_t ukl_tcp_write(int fd, const void *buf, size_t count)
+ *	ssize_t ukl_tcp_recv(int fd, void *buf, size_t len, int flags)
+ *	ssize_t ukl_tcp_send(int fd, const void *buf, size_t len, int flags)
+ *
+ * are read(), write(), recv() and send(), with their results and errno,
+ * that go straight to the kernel's TCP functions when @fd is a TCP socket
+ * (past the VFS and the socket layer) and take the ordinary path for any
+ * other descriptor. They are not pthread cancellation points. In an
+ * ordinary process (a program built for `linux`) they are the ordinary
+ * system calls. UKL_OPT_SHORTCUT (ukl.opts=shortcut, `--opts shortcut`)
+ * gives unmodified read(), write(), recv() and send() the same paths.
+ */
+#define UKL_NR_TCP_READ 0x10004
+#define UKL_NR_TCP_WRITE 0x10005
+#define UKL_NR_TCP_RECV 0x10006
+#define UKL_NR_TCP_SEND 0x10007
+
+static inline long ukl_tcp_(long nr, long linux_nr, long fd, const void *buf, unsigned long n, long flags)
+{
+	register long r10 __asm__("r10") = flags;
+	register long r8 __asm__("r8") = 0;
+	register long r9 __asm__("r9") = 0;
+	long ret;
+
+	__asm__ volatile ("syscall"
+			  : "=a"(ret), "+r"(r10), "+r"(r8), "+r"(r9)
+			  : "0"(nr), "D"(fd), "S"(buf), "d"(n)
+			  : "rcx", "r11", "memory");
+	if (ret == -ENOSYS) {	/* not a UKL application: the system call */
+		r10 = flags;
+		r8 = 0;
+		r9 = 0;
+		__asm__ volatile ("syscall"
+				  : "=a"(ret), "+r"(r10), "+r"(r8), "+r"(r9)
+				  : "0"(linux_nr), "D"(fd), "S"(buf), "d"(n)
+				  : "rcx", "r11", "memory");
+	}
+	if (ret < 0 && ret > -4096) {
+		errno = (int)-ret;
+		return -1;
+	}
+	return ret;
+}
+
+/* x86-64 numbers of read, write, recvfrom and sendto */
+static inline long ukl_tcp_read(int fd, void *buf, unsigned long count)
+{
+	return ukl_tcp_(UKL_NR_TCP_READ, 0, fd, buf, count, 0);
+}
+
+static inline long ukl_tcp_write(int fd, const void *buf, unsigned long count)
+{
+	return ukl_tcp_(UKL_NR_TCP_WRITE, 1, fd, buf, count, 0);
+}
+
+static inline long ukl_tcp_recv(int fd, void *buf, unsigned long len, int flags)
+{
+	return ukl_tcp_(UKL_NR_TCP_RECV, 45, fd, buf, len, flags);
+}
+
+static inline long ukl_tcp_send(int fd, const void *buf, unsigned long len, int flags)
+{
+	return ukl_tcp_(UKL_NR_TCP_SEND, 44, fd, buf, len, flags);
+}
 
 #endif /* UKL_CALL_H */

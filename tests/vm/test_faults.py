@@ -246,7 +246,7 @@ def test_int80_faults_in_the_application_only(userspace_images, config):
     assert_clean(image / "console.log")
 
 
-@pytest.mark.parametrize("config,seconds", [(c, 150 if c in DEBUG_CONFIGS else 60) for c in UKL_CONFIGS])
+@pytest.mark.parametrize("config,seconds", [(c, 120 if c in DEBUG_CONFIGS else 40) for c in UKL_CONFIGS])
 def test_nmi_storm_during_faults_and_signals(userspace_images, config, seconds):
     from ukltool import logscan
     image = userspace_images[config]
