@@ -25,7 +25,7 @@ unit: setup
 # load generator, -icount) and wall-clock time under real host clients
 # (a tap device in a private network namespace: needs root).
 results-apps: setup
-	./ukl bench apps --configs linux,base --icount --repeat 3 \
+	./ukl bench apps --configs linux,base,base+ret+byp,base+ret+byp+shortcut --icount \
 		--markdown docs/results-apps.md --json docs/results-apps.json --plot docs/results-apps.png
 	./ukl bench apps --clients host --configs linux,base --repeat 3 \
 		--markdown docs/results-apps-wall.md --json docs/results-apps-wall.json --plot docs/results-apps-wall.png

@@ -137,7 +137,8 @@ static int files(void)
 	       same(bss_buf, MIB, 1), same(heap, MIB, 2), same(stack_buf, sizeof(stack_buf), 3));
 	say("lseek past the stack's bytes", lseek(fd, 2 * MIB + sizeof(stack_buf), SEEK_SET));
 	memset(line, 0, sizeof(line));
-	say("read the rest", read(fd, line, sizeof(line) - 1));
+	/* <ukl.h>'s TCP shortcut: a remote file's descriptor still reaches the host */
+	say("read the rest", ukl_tcp_read(fd, line, sizeof(line) - 1));
 	printf("the rest is the constant: %d\n", !strcmp(line, rodata_msg));
 	say("read at the end", read(fd, line, sizeof(line)));
 	say("read into rodata", read(fd, (void *)rodata_msg, 1));

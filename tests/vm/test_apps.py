@@ -71,11 +71,17 @@ def test_application_benchmark_counts_instructions_per_request(outdir):
     assert per["base"][("get", 1, 16)] < per["base"][("get", 1, 1)] / 2
 
 
+# The applications' own tests also run under every option at once, TCP
+# shortcuts included (issue 14): the same results as linux and base.
+PROFILE = "base+ret+byp+shortcut"
+APPTEST_CONFIGS = ("linux", "base", PROFILE)
+
+
 def apptest_outcomes(outdir, name: str, *extra: str) -> dict:
-    """`ukl apptest NAME` under linux and base: each configuration's outcome."""
+    """`ukl apptest NAME` under APPTEST_CONFIGS: each configuration's outcome."""
     import json
     out = outdir / f"apptest-{name}.json"
-    res = ukl("apptest", name, "--configs", "linux,base", *extra, "--json", out)
+    res = ukl("apptest", name, "--configs", ",".join(APPTEST_CONFIGS), *extra, "--json", out)
     assert res.returncode == 0, res.stdout[-3000:]
     return {o["config"]: o for o in json.loads(out.read_text())}
 
@@ -85,10 +91,10 @@ def test_redis_own_tests_pass_against_the_ukl_server(outdir):
     redis-server in ring 0 and as an ordinary process (one unit here; the
     recipe's units run with `ukl apptest redis`)."""
     got = apptest_outcomes(outdir, "redis", "--unit", "unit/type/incr")
-    for config in ("linux", "base"):
+    for config in APPTEST_CONFIGS:
         assert got[config]["finished"] and got[config]["counts"]["err"] == 0, got[config]
         assert got[config]["counts"]["ok"] >= 20, got[config]
-    assert got["base"]["counts"] == got["linux"]["counts"]
+        assert got[config]["counts"] == got["linux"]["counts"], config
 
 
 def test_memcached_protocol_tests_pass_against_the_ukl_server(outdir):
@@ -96,10 +102,10 @@ def test_memcached_protocol_tests_pass_against_the_ukl_server(outdir):
     conformance tests (memccapable) run from the host against memcached in
     ring 0 and as an ordinary process: every ascii and binary command."""
     got = apptest_outcomes(outdir, "memcached")
-    for config in ("linux", "base"):
+    for config in APPTEST_CONFIGS:
         assert got[config]["finished"] and got[config]["counts"]["err"] == 0, got[config]
         assert got[config]["counts"]["ok"] >= 50, got[config]
-    assert got["base"]["counts"] == got["linux"]["counts"]
+        assert got[config]["counts"] == got["linux"]["counts"], config
 
 
 def test_nginx_http_checks_pass_against_the_ukl_server(outdir):
@@ -107,5 +113,5 @@ def test_nginx_http_checks_pass_against_the_ukl_server(outdir):
     ours (apps/nginx/http-checks.sh) from the host, against nginx in ring 0
     and as an ordinary process."""
     got = apptest_outcomes(outdir, "nginx")
-    for config in ("linux", "base"):
+    for config in APPTEST_CONFIGS:
         assert got[config]["finished"] and got[config]["counts"] == {"ok": 27, "err": 0}, got[config]
