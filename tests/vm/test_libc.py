@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import ALL_CONFIGS, REPO, UKL_CONFIGS, assert_clean, build, ukl
+from conftest import ALL_CONFIGS, DEBUG_CONFIGS, REPO, UKL_CONFIGS, assert_clean, build, ukl
 
 SRC = REPO / "tests" / "apps" / "libc_suite.c"
 SECTIONS = ["startup", "stdio", "malloc", "strings", "time", "files", "threads", "signals", "sockets", "errno",
@@ -62,14 +62,19 @@ def test_same_output_in_ring_0_and_ring_3(full_runs, images, section):
     (["smash", "A" * 40], 134),  # the stack protector catches the overflow and aborts
 ])
 def test_exit_status_and_stack_protector(images, args, status):
-    results = {c: run(images[c], *args) for c in images}
+    # Ring 3, the base model, and every option's exit and signal paths
+    # under the debug kernel (base-debug+ret+byp)
+    configs = ["linux", "base", max(DEBUG_CONFIGS, key=lambda c: c.count("+"))]
+    results = {c: run(images[c], *args) for c in configs}
     assert results["base"][0] == status, results["base"]
-    assert results["base"] == results["linux"]
+    for config in configs:
+        assert results[config] == results["linux"], config
     if args[0] == "exit":
         assert "exiting with 7 (unflushed)atexit handler ran" in results["base"][1]
     if args[0] == "smash":
         assert any("stack smashing detected" in l for l in results["base"][1])
-    assert_clean(images["base"] / "console.log")
+    for config in configs[1:]:
+        assert_clean(images[config] / "console.log")
 
 
 def test_the_linked_glibc_has_no_syscall_instruction_and_calls_the_clock_directly(images):
