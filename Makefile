@@ -27,5 +27,8 @@ unit: setup
 results-apps: setup
 	./ukl bench apps --configs linux,base,base+ret+byp,base+ret+byp+shortcut --icount \
 		--markdown docs/results-apps.md --json docs/results-apps.json --plot docs/results-apps.png
+	./ukl bench apps --configs linux-mitigated,base-mitigated,base-mitigated+ret+byp,base-mitigated+ret+byp+shortcut \
+		--icount --model cycles --markdown docs/results-apps-mitigated.md --json docs/results-apps-mitigated.json \
+		--plot docs/results-apps-mitigated.png
 	./ukl bench apps --clients host --configs linux,base --repeat 3 \
 		--markdown docs/results-apps-wall.md --json docs/results-apps-wall.json --plot docs/results-apps-wall.png

@@ -24,6 +24,13 @@
  *   APPRUN cpu_ns elapsed_ns
  *
  * from its resource usage (exact: the scheduler's runtime) and the clock.
+ *
+ * The load (or the run) is also a measured region for ukl's instruction-
+ * class plugin (bench/region.h; `ukl bench ... --icount --model cycles`):
+ * region APPLOAD_REGION (from the environment, default 0) begins after the
+ * server's CPU clock is first read and ends before it is read again, so it
+ * holds everything the guest executes during the load -- server, client,
+ * kernel and idle loop. The markers are NOPs without the plugin.
  */
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -39,6 +46,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "region.h"
+
 #define VALUE "0123456789abcdef0123456789abcdef"	/* 32 bytes */
 
 struct conn {
@@ -53,6 +62,34 @@ static void die(const char *what)
 {
 	fprintf(stderr, "appload: %s: %s\n", what, strerror(errno));
 	exit(1);
+}
+
+/* The id of this invocation's region (checked: region_select() takes any
+ * value but the tool must find the region it named). */
+static unsigned int region_id(void)
+{
+	const char *s = getenv("APPLOAD_REGION");
+	char *end;
+	unsigned long id;
+
+	if (!s)
+		return 0;
+	id = strtoul(s, &end, 10);
+	if (!*s || *end || id >= REGION_IDS) {
+		fprintf(stderr, "appload: APPLOAD_REGION=%s: not a region id below %d\n", s, REGION_IDS);
+		exit(2);
+	}
+	return id;
+}
+
+static inline void region_begin(void)
+{
+	__asm__ volatile(REGION_BEGIN_SELECTED ::: "memory");
+}
+
+static inline void region_end(void)
+{
+	__asm__ volatile(REGION_END_OPEN ::: "memory");
 }
 
 static long long now_ns(clockid_t clk)
@@ -266,10 +303,15 @@ static long long cpu_ns(const clockid_t *clocks, int n)
 
 static int run(char **argv)
 {
-	long long t0 = now_ns(CLOCK_MONOTONIC), t1;
+	long long t0, t1;
 	struct rusage ru;
 	int st;
-	pid_t pid = fork();
+	pid_t pid;
+
+	region_select(region_id());
+	t0 = now_ns(CLOCK_MONOTONIC);
+	region_begin();
+	pid = fork();
 
 	if (pid < 0)
 		die("fork");
@@ -279,6 +321,7 @@ static int run(char **argv)
 	}
 	if (wait4(pid, &st, 0, &ru) != pid)
 		die("wait4");
+	region_end();
 	t1 = now_ns(CLOCK_MONOTONIC);
 	if (!WIFEXITED(st) || WEXITSTATUS(st)) {
 		fprintf(stderr, "appload: %s failed (wait status %#x)\n", argv[0], st);
@@ -336,8 +379,10 @@ int main(int argc, char **argv)
 	for (int i = 0; i < pipeline; i++)
 		memcpy(batch + i * reqlen, req, reqlen);
 
+	region_select(region_id());
 	cpu0 = cpu_ns(clocks, nclocks);
 	t0 = now_ns(CLOCK_MONOTONIC);
+	region_begin();
 	while (done < requests) {
 		int n[64] = { 0 };
 
@@ -350,6 +395,7 @@ int main(int argc, char **argv)
 			for (int k = 0; k < n[i]; k++)
 				read_response(&conns[i], op);
 	}
+	region_end();
 	printf("APPLOAD %s %s %ld %d %d %lld %lld\n", proto, op, requests, nconns, pipeline,
 	       cpu_ns(clocks, nclocks) - cpu0, now_ns(CLOCK_MONOTONIC) - t0);
 	for (int i = 0; i < nconns; i++)

@@ -222,9 +222,10 @@ static inline int ukl_remote_fd(int fd) { return fd >= UKL_REMOTE_FD_BASE; }
  * are read(), write(), recv() and send(), with their results and errno,
  * that go straight to the kernel's TCP functions when @fd is a TCP socket
  * (past the VFS and the socket layer) and take the ordinary path for any
- * other descriptor. They are not pthread cancellation points. In an
- * ordinary process (a program built for `linux`) they are the ordinary
- * system calls. UKL_OPT_SHORTCUT (ukl.opts=shortcut, `--opts shortcut`)
+ * other descriptor. They are not pthread cancellation points. In a
+ * program built for `linux` they are the ordinary system calls, at the
+ * same cost; where a ring-0 build runs as something else than a UKL
+ * application, the kernel answers ENOSYS and they fall back to them. UKL_OPT_SHORTCUT (ukl.opts=shortcut, `--opts shortcut`)
  * gives unmodified read(), write(), recv() and send() the same paths.
  */
 #define UKL_NR_TCP_READ 0x10004
@@ -237,12 +238,16 @@ static inline long ukl_tcp_(long nr, long linux_nr, long fd, const void *buf, un
 	register long r10 __asm__("r10") = flags;
 	register long r8 __asm__("r8") = 0;
 	register long r9 __asm__("r9") = 0;
-	long ret;
+	long ret = -ENOSYS;
 
+#ifdef __UKL__		/* built for a UKL kernel (ukl-cc -D__UKL__) */
 	__asm__ volatile ("syscall"
 			  : "=a"(ret), "+r"(r10), "+r"(r8), "+r"(r9)
 			  : "0"(nr), "D"(fd), "S"(buf), "d"(n)
 			  : "rcx", "r11", "memory");
+#else
+	(void)nr;	/* built for linux: straight to the system call */
+#endif
 	if (ret == -ENOSYS) {	/* not a UKL application: the system call */
 		r10 = flags;
 		r8 = 0;

@@ -363,3 +363,45 @@ def test_kernel_references_link_to_the_kernels_own_names():
     assert app.kernel_name("ukl_kernel.msleep") == "msleep"
     assert app.kernel_name("ukl_entry_SYSCALL_64") == "ukl_entry_SYSCALL_64"
     assert app.kernel_name("ukl_kernel.") == "ukl_kernel."
+
+
+def test_a_recipe_extends_another_with_patches_of_its_own(tmp_path, monkeypatch):
+    from ukltool import recipes
+    monkeypatch.setattr(recipes, "APPS_DIR", tmp_path)
+    for d in ("srv", "srv-x", "srv-y"):
+        (tmp_path / d).mkdir()
+    (tmp_path / "srv" / "srv.conf").write_text("x\n")
+    (tmp_path / "srv" / "recipe.toml").write_text(
+        'description = "a server"\n[source]\npackage = "srv"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
+        '[build]\nprogram = "srv"\nmake_args = ["A=1"]\n[image]\nfiles = [["srv.conf", "/etc/srv.conf"]]\n'
+        'args = ["-p", "1"]\n')
+    (tmp_path / "srv-x" / "one.patch").write_text("--- a/f\n+++ b/f\n")
+    (tmp_path / "srv-x" / "recipe.toml").write_text(
+        'extends = "srv"\ndescription = "the server, patched"\n[source]\npatches = ["one.patch"]\n'
+        '[build]\nmake_args = ["A=2"]\n')
+    base, x = recipes.load("srv"), recipes.load("srv-x")
+    assert x.extends == "srv" and not base.extends and x.description == "the server, patched"
+    # tables merge: the parent's keys stay unless replaced; paths stay the declaring recipe's
+    assert x.source.package == "srv" and x.source.patches == [tmp_path / "srv-x" / "one.patch"]
+    assert x.build.program == "srv" and x.build.make_args == ["A=2"] and x.args == ["-p", "1"]
+    assert x.files == [(tmp_path / "srv" / "srv.conf", "/etc/srv.conf")] == base.files
+    assert base.source.patches == []
+    for text, message in (('extends = "srv-x"\n', "which extends another recipe"),
+                          ('extends = "srv-y"\n', "names the recipe this one modifies"),
+                          ('extends = "srv"\n[source]\npatches = ["two.patch"]\n', "two.patch does not exist"),
+                          ('extends = "none"\n', "no recipe named 'none'")):
+        (tmp_path / "srv-y" / "recipe.toml").write_text(text)
+        with pytest.raises(UklError, match=message):
+            recipes.load("srv-y")
+
+
+def test_the_explicit_redis_recipe_is_redis_with_three_changed_lines():
+    from ukltool import recipes
+    redis, explicit = recipes.load("redis"), recipes.load("redis-explicit")
+    assert explicit.extends == "redis" and explicit.source.package == redis.source.package
+    assert explicit.build == redis.build and explicit.bench == redis.bench
+    (patch,) = explicit.source.patches
+    changed = [line for line in patch.read_text().splitlines()
+               if line.startswith(("+", "-")) and not line.startswith(("+++", "---"))]
+    assert len([c for c in changed if c.startswith("+")]) == 3 and len(changed) == 5, changed
+    assert any("ukl_tcp_read(conn->fd" in c for c in changed) and any("ukl_tcp_write(conn->fd" in c for c in changed)

@@ -23,12 +23,13 @@ from pathlib import Path
 
 from rich.table import Table
 
-from ukltool import bench, image, initramfs, recipes, ui, vm
+from ukltool import appcycles, bench, cyclemodel, image, initramfs, plugin, recipes, ui, vm
 from ukltool.errors import UklError
 from ukltool.paths import REPO, cache_dir
 from ukltool.proc import host_cc, run
 
 LOADER = REPO / "bench" / "appload.c"
+LOADER_SOURCES = [LOADER, REPO / "bench" / "region.h"]
 BASELINE = "linux"
 
 
@@ -63,6 +64,8 @@ class AppReport:
     results: dict[str, list[Point]] = field(default_factory=dict)   # the median of the runs
     runs: int = 1
     spread: dict[str, dict[str, float]] = field(default_factory=dict)  # (max - min) / median per load
+    baseline: str = BASELINE  # what the others are compared with (bench.baseline())
+    model: appcycles.AppModel | None = None  # --model cycles: classed instructions per load
 
     @property
     def unit(self) -> str:
@@ -75,7 +78,7 @@ def names() -> list[str]:
 
 def loader() -> Path:
     """bench/appload.c, an ordinary static program, compiled once per content."""
-    digest = hashlib.sha256(LOADER.read_bytes()).hexdigest()[:16]
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in LOADER_SOURCES)).hexdigest()[:16]
     out = cache_dir() / "bench" / f"appload-{digest}"
     if not out.is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -94,11 +97,10 @@ def script(r: recipes.Recipe, requests: int | None) -> str:
         return f'/bin/appload run "$UKL_APP" {shlex.join(b.args)} || echo APPLOAD-FAILED\n'
     lines = [f'"$UKL_APP" {shlex.join(b.args)} > /tmp/server.log 2>&1 &', "pid=$!"]
     n = requests or b.requests
-    for op in b.ops:
-        for conns in b.conns:
-            for pipeline in b.pipelines:
-                lines.append(f"/bin/appload {b.protocol} {b.port} {op} {shlex.quote(b.comm)} {n} {conns} "
-                             f"{pipeline} || echo APPLOAD-FAILED")
+    loads = [(op, conns, pipeline) for op in b.ops for conns in b.conns for pipeline in b.pipelines]
+    for k, (op, conns, pipeline) in enumerate(loads):   # load K is the plugin's region K (appcycles)
+        lines.append(f"APPLOAD_REGION={k} /bin/appload {b.protocol} {b.port} {op} {shlex.quote(b.comm)} {n} "
+                     f"{conns} {pipeline} || echo APPLOAD-FAILED")
     lines += ["kill $pid; wait $pid", "echo APPLOAD-DONE"]
     return "\n".join(lines) + "\n"
 
@@ -116,15 +118,22 @@ def parse(text: str) -> list[Point]:
 
 
 def run_app(name: str, configs: list[str], icount: bool, requests: int | None, timeout: float,
-            repeat: int = 1) -> AppReport:
+            repeat: int = 1, model_cpu: str | None = None) -> AppReport:
     """Build the recipe's image for each configuration, then boot them in
-    turn REPEAT times (interleaved: linux, base, linux, base, ...)."""
+    turn REPEAT times (interleaved: linux, base, linux, base, ...). With
+    MODEL_CPU, also count the guest's classed instructions during each load
+    (our QEMU plugin; the first run's, since --icount runs repeat) and model
+    cycles with bench/costs/MODEL_CPU.toml."""
     r = recipes.load(name)
     if r.bench is None:
         raise UklError(f"apps/{name}/recipe.toml has no [bench] section", "benchmarks: " + ", ".join(names()))
-    if BASELINE not in configs:
-        configs = [BASELINE, *configs]
-    report = AppReport(name, r.description, icount, "", bench.machine(), configs, runs=repeat)
+    configs = bench.baseline(configs)
+    report = AppReport(name, r.description, icount, "", bench.machine(), configs, runs=repeat, baseline=configs[0])
+    if model_cpu is not None:
+        if not icount:
+            raise UklError("--model cycles needs --icount", "the model adds to guest instruction counts")
+        report.model = appcycles.new_model(cyclemodel.load_table(model_cpu))
+    so = plugin.build() if report.model else None
     appload = loader()
     outs = {}
     for config in configs:
@@ -136,17 +145,27 @@ def run_app(name: str, configs: list[str], icount: bool, requests: int | None, t
     for i in range(repeat):
         for config in configs:
             out = outs[config]
+            counts = out / "insnclass.json"
+            counts.unlink(missing_ok=True)
             with tempfile.TemporaryDirectory(prefix="ukl-bench-") as td:
                 extra = initramfs.args_archive([], Path(td), script(r, requests))
                 with ui.step(f"benchmarking {name} under '{config}' (run {i + 1} of {repeat})"):
                     res = vm.boot(vm.RunSpec(bzimage=out / "bzImage", initrds=[out / "initramfs.cpio", extra],
                                              log=out / "console.log", timeout=timeout, icount=icount, smp=1,
-                                             append=["norandmaps"], show=False))
+                                             append=["norandmaps"], show=False,
+                                             plugins=[plugin.option(so, counts)] if so and i == 0 else []))
             if res.code != 0 or res.failures:
                 raise UklError(f"the {name} benchmark failed under '{config}' (status {res.code})",
                                f"see {out / 'console.log'}")
             report.accel = res.accel
             runs[config].append(parse((out / "console.log").read_text(errors="replace")))
+            if report.model and i == 0:
+                if not counts.is_file():
+                    raise UklError(f"the QEMU plugin wrote no report under '{config}' ({counts})",
+                                   "see the console log; is the plugin loadable by this QEMU?")
+                report.model.results[config] = appcycles.load_counts(
+                    cyclemodel.parse_report(counts.read_text(), str(counts)), runs[config][0],
+                    f"the {name} benchmark under '{config}'")
     for config, rs in runs.items():
         report.results[config], report.spread[config] = combine(rs)
     return report
@@ -175,13 +194,13 @@ def rows(report: AppReport) -> list[tuple[str, dict[str, Point]]]:
 
 def cells(report: AppReport, label: str, pts: dict[str, Point]) -> list[str]:
     out = [label]
-    base = pts.get(BASELINE)
+    base = pts.get(report.baseline)
     for c in report.configs:
         p = pts.get(c)
         spread = report.spread.get(c, {}).get(label)
         out.append((f"{p.per_request:,.0f}" + (f" (±{spread * 50:.1f}%)" if report.runs > 1 and spread is not None
                                                   else "")) if p else "-")
-        if c != BASELINE:
+        if c != report.baseline:
             out.append(f"{p.per_request / base.per_request:.3f}" if p and base else "-")
     return out
 
@@ -191,8 +210,8 @@ def heading(report: AppReport) -> list[str]:
     head = ["load"]
     for c in report.configs:
         head.append(f"{c} ({what})")
-        if c != BASELINE:
-            head.append(f"{c} / {BASELINE}")
+        if c != report.baseline:
+            head.append(f"{c} / {report.baseline}")
     return head
 
 
@@ -205,12 +224,28 @@ def table(report: AppReport) -> Table:
     return t
 
 
-def markdown(reports: list[AppReport], plot_file: Path | None = None) -> str:
+def model_table(report: AppReport) -> Table | None:
+    """The modelled cycles per request of every load, if counted."""
+    if report.model is None:
+        return None
+    t = Table(title=f"{report.app}: modelled cycles per request of the whole guest (model: {report.model.cpu}), "
+              "guest instructions in parentheses")
+    for h in appcycles.heading(report.model, report.configs, report.baseline):
+        t.add_column(h, justify="left" if h == "load" else "right")
+    for label, _ in rows(report):
+        t.add_row(*appcycles.cells(report.model, label, report.configs, report.baseline))
+    return t
+
+
+def markdown(reports: list[AppReport], plot_file: Path | None = None, md_file: Path | None = None) -> str:
+    model = next((r.model for r in reports if r.model), None)
     out = ["# Applications: " + " vs ".join(reports[0].configs if reports else []), "",
            "Generated by `./ukl bench apps --configs " + ",".join(reports[0].configs if reports else [])
            + (" --icount" if reports and reports[0].icount else "")
+           + (" --model cycles" + (f" --cpu {model.cpu}" if model.cpu != cyclemodel.DEFAULT_CPU else "")
+              if model else "")
            + (f" --repeat {reports[0].runs}" if reports and reports[0].runs > 1 else "")
-           + " --markdown docs/results-apps.md`;"
+           + f" --markdown {_shown(md_file) if md_file else 'docs/results-apps.md'}`;"
            " do not edit by hand.", ""]
     if reports:
         r0 = reports[0]
@@ -231,9 +266,13 @@ def markdown(reports: list[AppReport], plot_file: Path | None = None) -> str:
                 "| " + " | ".join(heading(rep)) + " |", "|" + "---|" * len(heading(rep))]
         out += ["| " + " | ".join(cells(rep, label, pts)) + " |" for label, pts in rows(rep)]
         out.append("")
+        if rep.model:
+            out += appcycles.markdown(rep.model, rep.configs, rep.baseline, [label for label, _ in rows(rep)])
     out += [NOTES, ""]
+    if model:
+        out += [appcycles.note(model), ""]
     if plot_file:
-        out += [f"![relative to {BASELINE}]({plot_file.name})", ""]
+        out += [f"![relative to {reports[0].baseline}]({plot_file.name})", ""]
     return "\n".join(out)
 
 
@@ -251,6 +290,14 @@ NOTES = """## Reading these numbers
   [results-apps-wall.md](results-apps-wall.md). Under TCG they measure
   QEMU's emulation as much as the guest's work, so they are no substitute
   for the instruction counts above or for a real CPU."""
+
+
+def _shown(path: Path) -> str:
+    """PATH as a README command would name it: relative to the checkout."""
+    try:
+        return str(path.resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
 
 
 def save_json(reports: list[AppReport], path: Path) -> None:
@@ -271,6 +318,7 @@ def load_json(path: Path) -> list[AppReport]:
         for d in json.loads(path.read_text()):
             d["results"] = {c: [Point(**{k: v for k, v in p.items() if k in point_fields}) for p in pts]
                             for c, pts in d["results"].items()}
+            d["model"] = appcycles.from_dict(d.get("model"))
             reports.append(AppReport(**d))
         return reports
     except (OSError, ValueError, TypeError, KeyError) as e:
@@ -282,21 +330,22 @@ def plot(reports: list[AppReport], path: Path) -> None:
     """One bar per load and configuration: its instructions (or time) per
     request relative to linux's."""
     labels: list[str] = []
-    ratios: dict[str, list[float]] = {c: [] for c in reports[0].configs if c != BASELINE} if reports else {}
+    baseline = reports[0].baseline if reports else BASELINE
+    ratios: dict[str, list[float]] = {c: [] for c in reports[0].configs if c != baseline} if reports else {}
     for rep in reports:
         for label, pts in rows(rep):
-            base = pts.get(BASELINE)
+            base = pts.get(baseline)
             labels.append(f"{rep.app} {label}")
             for c in ratios:
                 p = pts.get(c)
                 ratios[c].append(p.per_request / base.per_request if p and base else 0.0)
     unit = reports[0].unit.split(" (")[0] if reports else ""
-    plot_ratios(labels, ratios, path, f"application CPU time per request (or run) relative to {BASELINE}, in {unit}",
-                (0.9, 1.1))
+    plot_ratios(labels, ratios, path, f"application CPU time per request (or run) relative to {baseline}, in {unit}",
+                (0.9, 1.1), baseline)
 
 
 def plot_ratios(labels: list[str], ratios: dict[str, list[float]], path: Path, xlabel: str,
-                xlim: tuple[float, float] | None = None) -> None:
+                xlim: tuple[float, float] | None = None, baseline: str = BASELINE) -> None:
     """Horizontal bars: per label, each configuration's ratio to linux."""
     import matplotlib
     matplotlib.use("Agg")
@@ -305,7 +354,7 @@ def plot_ratios(labels: list[str], ratios: dict[str, list[float]], path: Path, x
     fig, ax = plt.subplots(figsize=(12, 0.32 * len(labels) + 1.5))
     height = 0.8 / max(1, len(ratios))
     for j, (c, vals) in enumerate(ratios.items()):
-        ax.barh([i + j * height for i in range(len(labels))], vals, height, label=f"{c} / {BASELINE}")
+        ax.barh([i + j * height for i in range(len(labels))], vals, height, label=f"{c} / {baseline}")
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_yticks([i + height * (len(ratios) - 1) / 2 for i in range(len(labels))])
     ax.set_yticklabels(labels, fontsize=8)

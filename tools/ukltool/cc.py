@@ -17,7 +17,8 @@ Target `base` (the default; UKL_TARGET=base):
   the object `ukl build` links into vmlinux (see app.link_ukl).
 
 Target `linux` (UKL_TARGET=linux): gcc, with -static at link time: the same
-program as an ordinary process, the baseline.
+program as an ordinary process, the baseline. <ukl.h> is on its include
+path too: its calls fall back to ordinary system calls or do nothing.
 
 With UKL_CC_LOG=FILE every program linked is appended to FILE (used by
 `ukl build DIR` to find what a Makefile built)."""
@@ -189,9 +190,9 @@ def main(argv: list[str]) -> int:
         if cmd.mode == "query":
             return passthrough([cc, *cmd.args])
         if target == "linux":
-            if cmd.mode != "link":
-                return passthrough([cc, *cmd.args])
-            rc = passthrough([cc, "-static", *cmd.args])
+            if cmd.mode != "link":    # <ukl.h> compiles for linux too (its calls fall back)
+                return passthrough([cc, *flags.RUNTIME_INCLUDE, *cmd.args])
+            rc = passthrough([cc, "-static", *flags.RUNTIME_INCLUDE, *cmd.args])
             if rc == 0:
                 _log_program(cmd.output or "a.out")
             return rc

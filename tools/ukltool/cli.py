@@ -18,6 +18,7 @@ from rich.table import Table
 
 from ukltool import (
     appbench,
+    appcycles,
     apptest,
     bench,
     cyclemodel,
@@ -298,6 +299,12 @@ def parser() -> argparse.ArgumentParser:
         ap.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
         ap.add_argument("--markdown", type=Path, metavar="FILE.md", help="write the report as Markdown")
         ap.add_argument("--plot", type=Path, metavar="FILE.png", help="draw each load relative to linux")
+        ap.add_argument("--model", choices=["cycles"],
+                        help="also model cycles (with --icount): the guest's instructions during each load plus "
+                        "the extra cycles of its costly instructions (SYSCALL, SWAPGS, MOV to CR3, VERW, ...) "
+                        "that a QEMU plugin counts; a model, not a measurement (docs/cycle-model.md)")
+        ap.add_argument("--cpu", metavar="NAME", help="the model's cost table, bench/costs/NAME.toml (default "
+                        f"{cyclemodel.DEFAULT_CPU})")
         ap.add_argument("--from-json", type=Path, metavar="FILE",
                         help="do not run: report the results saved in FILE (by --json)")
         ap.add_argument("--timeout", type=_positive, default=1800.0, metavar="S", help="per boot (default 1800)")
@@ -505,24 +512,33 @@ def cmd_bench_app(a: argparse.Namespace) -> int:
     configs = _configs(a.configs)
     if a.clients == "host":
         return _bench_app_host(a, configs)
+    model_cpu = cyclemodel.cpu_choice(a.model, a.cpu)
+    if model_cpu and not a.icount and not a.from_json:
+        raise UklError("--model cycles needs --icount", "the model adds to guest instruction counts")
     if a.from_json:
         reports = appbench.load_json(a.from_json)
+        if model_cpu:
+            for rep in reports:
+                rep.model = appcycles.remodel(rep.model, model_cpu)
     else:
-        reports = [appbench.run_app(n, configs, a.icount, a.requests, a.timeout, a.repeat)
+        reports = [appbench.run_app(n, configs, a.icount, a.requests, a.timeout, a.repeat, model_cpu)
                    for n in (appbench.names() if a.app == "apps" else [a.app])]
     for rep in reports:
         ui.report_console().print(appbench.table(rep))
+        mt = appbench.model_table(rep)
+        if mt:
+            ui.report_console().print(mt)
     if a.json:
         appbench.save_json(reports, a.json)
     if a.plot:
         appbench.plot(reports, a.plot)
     if a.markdown:
-        a.markdown.write_text(appbench.markdown(reports, a.plot))
+        a.markdown.write_text(appbench.markdown(reports, a.plot, a.markdown))
     return 0
 
 
 def _bench_app_host(a: argparse.Namespace, configs: list[str]) -> int:
-    for opt, given in (("--icount", a.icount), ("--requests", a.requests)):
+    for opt, given in (("--icount", a.icount), ("--requests", a.requests), ("--model", a.model), ("--cpu", a.cpu)):
         if given:
             raise UklError(f"{opt} does not apply to --clients host",
                            "host clients measure wall-clock time with the recipe's [netbench] loads")

@@ -28,6 +28,7 @@ class Source:
     version: str          # pinned version
     dsc_sha256: str       # of the .dsc, which lists the tarballs' checksums
     debian_patches: bool = False  # False: upstream's code as in Debian's orig tarball
+    patches: list[Path] = field(default_factory=list)  # ours, applied in order after unpacking (-p1)
 
 
 @dataclass
@@ -101,6 +102,7 @@ class Recipe:
     bench: Bench | None = None
     tests: Tests | None = None
     netbench: NetBench | None = None
+    extends: str = ""               # the recipe this one modifies (its patches, its name)
 
 
 # In configure and make arguments: {prefix} is where a library recipe
@@ -128,7 +130,9 @@ def _done(d: dict[str, Any], where: str) -> None:
         raise UklError(f"{where}: unknown key(s) {', '.join(sorted(d))}", "see apps/README.md for the recipe format")
 
 
-def load(name: str) -> Recipe:
+def _read(name: str) -> tuple[dict[str, Any], str]:
+    """apps/NAME/recipe.toml as TOML, with the paths it names (image files,
+    patches) made absolute, and where it is (for messages)."""
     path = APPS_DIR / name / "recipe.toml"
     if not path.is_file():
         raise UklError(f"no recipe named '{name}'", "recipes: " + ", ".join(names()))
@@ -137,11 +141,44 @@ def load(name: str) -> Recipe:
     except tomllib.TOMLDecodeError as e:
         raise UklError(f"{path}: {e}", "fix the TOML syntax") from None
     where = str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+    src, img = data.get("source"), data.get("image")
+    if isinstance(src, dict) and isinstance(src.get("patches"), list):
+        src["patches"] = [str(APPS_DIR / name / p) if isinstance(p, str) else p for p in src["patches"]]
+    if isinstance(img, dict) and isinstance(img.get("files"), list):
+        img["files"] = [[str(APPS_DIR / name / f[0]), *f[1:]] if isinstance(f, list) and f and isinstance(f[0], str)
+                        else f for f in img["files"]]
+    return data, where
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """OVER's keys replace BASE's; tables present in both are merged."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+    return out
+
+
+def load(name: str) -> Recipe:
+    data, where = _read(name)
+    parent = ""
+    if "extends" in data:
+        parent = data.pop("extends")
+        if not isinstance(parent, str) or parent == name:
+            raise UklError(f"{where}: 'extends' names the recipe this one modifies", "e.g. extends = \"redis\"")
+        base, base_where = _read(parent)
+        if "extends" in base:
+            raise UklError(f"{where}: extends {base_where}, which extends another recipe",
+                           "extend the recipe at the root of the chain")
+        data = _merge(base, data)
     src = _take(data, "source", dict, where)
     source = Source(_take(src, "package", str, f"{where} [source]"), _take(src, "version", str, f"{where} [source]"),
                     _take(src, "dsc_sha256", str, f"{where} [source]"),
-                    _take(src, "debian_patches", bool, f"{where} [source]", False))
+                    _take(src, "debian_patches", bool, f"{where} [source]", False),
+                    [Path(str(x)) for x in _take(src, "patches", list, f"{where} [source]", [])])
     _done(src, f"{where} [source]")
+    for patch in source.patches:
+        if not patch.is_file():
+            raise UklError(f"{where} [source]: the patch {patch} does not exist", "add it to the recipe's directory")
     b = _take(data, "build", dict, where)
     w = f"{where} [build]"
     library = _take(b, "library", bool, w, False)
@@ -168,7 +205,7 @@ def load(name: str) -> Recipe:
     for item in _take(img, "files", list, w, []):
         if not (isinstance(item, list) and len(item) == 2 and str(item[1]).startswith("/")):
             raise UklError(f"{w}: files entries are [SOURCE, /DEST]", "see apps/README.md")
-        src_file = APPS_DIR / name / item[0]
+        src_file = Path(item[0])   # made absolute by _read()
         if not src_file.is_file():
             raise UklError(f"{w}: {src_file} does not exist", "add it to the recipe's directory")
         files.append((src_file, item[1]))
@@ -223,7 +260,7 @@ def load(name: str) -> Recipe:
     description = _take(data, "description", str, where)
     _done(data, where)
     return Recipe(name, description, source, opts, [str(p) for p in host_packages], files, args,
-                  forwards, smoke, depends, bench, tests, netbench)
+                  forwards, smoke, depends, bench, tests, netbench, parent)
 
 
 def _netbench(nd: dict[str, Any], w: str) -> NetBench:
@@ -257,8 +294,9 @@ def fetch(r: Recipe) -> Path:
     source package (downloaded with apt-get source and checked against the
     pinned .dsc checksum; dpkg-source checks the tarballs against the .dsc)."""
     s = r.source
+    ours = hashlib.sha256(b"".join(p.read_bytes() for p in s.patches)).hexdigest()[:12] if s.patches else ""
     tree = cache_dir() / "apps" / "src" / f"{s.package}-{_upstream_version(s.version)}" \
-        f"{'' if s.debian_patches else '-upstream'}"
+        f"{'' if s.debian_patches else '-upstream'}{'-' + ours if ours else ''}"
     if (tree / ".ukl-unpacked").is_file():
         return tree
     for tool, pkg in (("apt-get", "apt"), ("dpkg-source", "dpkg-dev")):
@@ -289,7 +327,15 @@ def fetch(r: Recipe) -> Path:
         with ui.step(f"unpacking {dsc.name}"):
             run(["dpkg-source", "-x", *([] if s.debian_patches else ["--skip-patches"]), dsc, tmp],
                 what=f"dpkg-source -x {dsc.name}")
-        (tmp / ".ukl-unpacked").write_text(f"{dsc.name}\n")
+        for patch in s.patches:
+            with ui.step(f"applying {patch.name}"):
+                try:
+                    run(["patch", "-p1", "--batch", "--forward", "-i", patch], cwd=tmp,
+                        what=f"applying {patch} (apps/{r.name}) to {dsc.name}")
+                except UklError:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    raise
+        (tmp / ".ukl-unpacked").write_text(f"{dsc.name}\n" + "".join(f"{p.name}\n" for p in s.patches))
         shutil.rmtree(tree, ignore_errors=True)
         tmp.rename(tree)
     return tree
