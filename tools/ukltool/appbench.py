@@ -285,6 +285,17 @@ NOTES = """## Reading these numbers
   kernel entry and exit work as Linux (a call and a jump instead of SYSCALL
   and SYSRET), so counts within a few percent of `linux` are what it should
   show; the optimization profiles (issues 13 and 14) change the work itself.
+* `redis-explicit` is Redis with three changed lines: its connection layer
+  calls `ukl_tcp_read()`/`ukl_tcp_write()` (`<ukl.h>`), the TCP shortcuts'
+  explicit API. Its `+ret+byp` column is the explicit way and `redis`'s
+  `+ret+byp+shortcut` column the transparent one. Built for Linux, its
+  reads and writes are system calls without glibc's cancellation-point
+  wrapper, a few instructions cheaper than `redis`'s.
+* The same binaries measure to the instruction from run to run, but a
+  change anywhere (a profile, the client, the kernel) moves where client,
+  server and interrupts interleave: in the pipelined loads a few requests
+  more or less arrive per read. Differences below about 1% at P=1 and 2%
+  at P=16 are within that.
 * Wall-clock figures with real clients on the host (redis-benchmark,
   memcaslap, ab, wrk over a tap device) are in
   [results-apps-wall.md](results-apps-wall.md). Under TCG they measure

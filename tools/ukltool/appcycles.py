@@ -153,8 +153,8 @@ def markdown(model: AppModel, configs: list[str], baseline: str, labels: list[st
     """An application's section on modelled cycles: every load, then the
     costly instructions per request of its first load."""
     head = heading(model, configs, baseline)
-    out = [f"Modelled cycles per request of the whole guest (model: `{model.cpu}`, a model: see below), "
-           "with the guest's instructions per request in parentheses:", "",
+    out = [f"Modelled cycles per request (a run to completion: per run) of the whole guest (model: "
+           f"`{model.cpu}`, a model: see below), with the guest's instructions in parentheses:", "",
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     out += ["| " + " | ".join(cells(model, label, configs, baseline)) + " |" for label in labels]
     if labels:
