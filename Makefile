@@ -22,8 +22,9 @@ unit: setup
 	.venv/bin/python -m pytest -v tests/unit
 
 # The application results in docs/: guest instructions per request (in-guest
-# load generator, -icount) and wall-clock time under real host clients
-# (a tap device in a private network namespace: needs root).
+# load generator, -icount), the same under a distribution's mitigations with
+# modelled cycles, and wall-clock time under real host clients (a tap device
+# in a private network namespace: needs root), Redis under every profile.
 results-apps: setup
 	./ukl bench apps --configs linux,base,base+ret+byp,base+ret+byp+shortcut --icount \
 		--markdown docs/results-apps.md --json docs/results-apps.json --plot docs/results-apps.png
@@ -32,3 +33,6 @@ results-apps: setup
 		--plot docs/results-apps-mitigated.png
 	./ukl bench apps --clients host --configs linux,base --repeat 3 \
 		--markdown docs/results-apps-wall.md --json docs/results-apps-wall.json --plot docs/results-apps-wall.png
+	./ukl bench apps --clients host --only redis,redis-explicit \
+		--configs linux,base,base+ret+byp,base+ret+byp+shortcut --repeat 3 --markdown docs/results-apps-wall-profiles.md \
+		--json docs/results-apps-wall-profiles.json --plot docs/results-apps-wall-profiles.png

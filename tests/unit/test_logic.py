@@ -405,3 +405,15 @@ def test_the_explicit_redis_recipe_is_redis_with_three_changed_lines():
                if line.startswith(("+", "-")) and not line.startswith(("+++", "---"))]
     assert len([c for c in changed if c.startswith("+")]) == 3 and len(changed) == 5, changed
     assert any("ukl_tcp_read(conn->fd" in c for c in changed) and any("ukl_tcp_write(conn->fd" in c for c in changed)
+
+
+def test_bench_apps_only_chooses_among_the_benchmarks():
+    ns = argparse.Namespace
+    every = ["memcached", "redis", "redis-explicit"]
+    assert cli._bench_apps(ns(app="apps", only=None), every) == every
+    assert cli._bench_apps(ns(app="apps", only="redis-explicit, redis,redis"), every) == ["redis-explicit", "redis"]
+    assert cli._bench_apps(ns(app="nginx", only=None), every) == ["nginx"]
+    with pytest.raises(UklError, match="nope: not among these benchmarks"):
+        cli._bench_apps(ns(app="apps", only="redis,nope"), every)
+    with pytest.raises(UklError, match="names no application"):
+        cli._bench_apps(ns(app="apps", only=" , "), every)

@@ -128,6 +128,9 @@ def run_app(name: str, configs: list[str], icount: bool, requests: int | None, t
     if r.bench is None:
         raise UklError(f"apps/{name}/recipe.toml has no [bench] section", "benchmarks: " + ", ".join(names()))
     configs = bench.baseline(configs)
+    mismatch = bench.cpu_mismatch(configs)
+    if mismatch:
+        ui.warn(mismatch)
     report = AppReport(name, r.description, icount, "", bench.machine(), configs, runs=repeat, baseline=configs[0])
     if model_cpu is not None:
         if not icount:
@@ -245,7 +248,7 @@ def markdown(reports: list[AppReport], plot_file: Path | None = None, md_file: P
            + (" --model cycles" + (f" --cpu {model.cpu}" if model.cpu != cyclemodel.DEFAULT_CPU else "")
               if model else "")
            + (f" --repeat {reports[0].runs}" if reports and reports[0].runs > 1 else "")
-           + f" --markdown {_shown(md_file) if md_file else 'docs/results-apps.md'}`;"
+           + f" --markdown {shown(md_file) if md_file else 'docs/results-apps.md'}`;"
            " do not edit by hand.", ""]
     if reports:
         r0 = reports[0]
@@ -303,7 +306,7 @@ NOTES = """## Reading these numbers
   for the instruction counts above or for a real CPU."""
 
 
-def _shown(path: Path) -> str:
+def shown(path: Path) -> str:
     """PATH as a README command would name it: relative to the checkout."""
     try:
         return str(path.resolve().relative_to(REPO))

@@ -308,7 +308,10 @@ def parser() -> argparse.ArgumentParser:
         ap.add_argument("--from-json", type=Path, metavar="FILE",
                         help="do not run: report the results saved in FILE (by --json)")
         ap.add_argument("--timeout", type=_positive, default=1800.0, metavar="S", help="per boot (default 1800)")
-        ap.set_defaults(func=cmd_bench_app, app=name)
+        if name == "apps":
+            ap.add_argument("--only", metavar="NAMES", help="comma-separated: these applications only "
+                            f"(of {', '.join(appbench.names())})")
+        ap.set_defaults(func=cmd_bench_app, app=name, only=None)
 
     at = sub.add_parser("apptest", help="run an application's own test suite against it in the guest",
                         description="Build the recipe's image, start the application in the guest (on a tap "
@@ -508,6 +511,20 @@ def cmd_bench_remote(a: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_apps(a: argparse.Namespace, every: list[str]) -> list[str]:
+    """The applications `ukl bench NAME` runs, of EVERY (apps: all or --only)."""
+    if a.app != "apps":
+        return [a.app]
+    if not a.only:
+        return every
+    names = list(dict.fromkeys(n.strip() for n in a.only.split(",") if n.strip()))
+    unknown = [n for n in names if n not in every]
+    if unknown or not names:
+        raise UklError(f"--only {a.only}: " + (f"{', '.join(unknown)}: not among these benchmarks" if unknown
+                                               else "names no application"), "choose from: " + ", ".join(every))
+    return names
+
+
 def cmd_bench_app(a: argparse.Namespace) -> int:
     configs = _configs(a.configs)
     if a.clients == "host":
@@ -522,7 +539,7 @@ def cmd_bench_app(a: argparse.Namespace) -> int:
                 rep.model = appcycles.remodel(rep.model, model_cpu)
     else:
         reports = [appbench.run_app(n, configs, a.icount, a.requests, a.timeout, a.repeat, model_cpu)
-                   for n in (appbench.names() if a.app == "apps" else [a.app])]
+                   for n in _bench_apps(a, appbench.names())]
     for rep in reports:
         ui.report_console().print(appbench.table(rep))
         mt = appbench.model_table(rep)
@@ -545,14 +562,14 @@ def _bench_app_host(a: argparse.Namespace, configs: list[str]) -> int:
     if a.from_json:
         reports, runs_done = hostbench.load_json(a.from_json)
     else:
-        todo = hostbench.names() if a.app == "apps" else [a.app]
         if a.app != "apps" and a.app not in hostbench.names():
             raise UklError(f"apps/{a.app}/recipe.toml has no [netbench] section",
                            "host-client benchmarks: " + ", ".join(hostbench.names()))
-        reports = [hostbench.run_app(n, configs, a.repeat, a.timeout) for n in todo]
+        todo = _bench_apps(a, [*hostbench.names(), *hostbench.run_to_completion()])
+        reports = [hostbench.run_app(n, configs, a.repeat, a.timeout) for n in todo if n in hostbench.names()]
         # `apps`: the runs to completion too, timed in the guest without -icount
         runs_done = [appbench.run_app(n, configs, False, None, a.timeout, a.repeat)
-                     for n in (hostbench.run_to_completion() if a.app == "apps" else [])]
+                     for n in todo if n in hostbench.run_to_completion() and a.app == "apps"]
     for rep in reports:
         ui.report_console().print(hostbench.table(rep))
     for run in runs_done:
@@ -562,7 +579,7 @@ def _bench_app_host(a: argparse.Namespace, configs: list[str]) -> int:
     if a.plot:
         hostbench.plot(reports, runs_done, a.plot)
     if a.markdown:
-        a.markdown.write_text(hostbench.markdown(reports, runs_done, a.plot))
+        a.markdown.write_text(hostbench.markdown(reports, runs_done, a.plot, a.markdown, a.only))
     return 0
 
 

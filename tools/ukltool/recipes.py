@@ -299,7 +299,7 @@ def fetch(r: Recipe) -> Path:
         f"{'' if s.debian_patches else '-upstream'}{'-' + ours if ours else ''}"
     if (tree / ".ukl-unpacked").is_file():
         return tree
-    for tool, pkg in (("apt-get", "apt"), ("dpkg-source", "dpkg-dev")):
+    for tool, pkg in (("apt-get", "apt"), ("dpkg-source", "dpkg-dev"), *((("patch", "patch"),) if s.patches else ())):
         need_tool(tool, pkg)
     with lock.held(f"source-{s.package}", f"the source of {s.package}"):
         if (tree / ".ukl-unpacked").is_file():
