@@ -344,6 +344,7 @@ int main(int argc, char **argv)
 	size_t reqlen;
 	long long cpu0, t0;
 
+	region_id();	/* a bad APPLOAD_REGION is refused before any work */
 	if (argc > 2 && !strcmp(argv[1], "run"))
 		return run(argv + 2);
 	if (argc != 8) {

@@ -223,9 +223,10 @@ static inline int ukl_remote_fd(int fd) { return fd >= UKL_REMOTE_FD_BASE; }
  * that go straight to the kernel's TCP functions when @fd is a TCP socket
  * (past the VFS and the socket layer) and take the ordinary path for any
  * other descriptor. They are not pthread cancellation points. In a
- * program built for `linux` they are the ordinary system calls, at the
- * same cost; where a ring-0 build runs as something else than a UKL
- * application, the kernel answers ENOSYS and they fall back to them. UKL_OPT_SHORTCUT (ukl.opts=shortcut, `--opts shortcut`)
+ * program built for `linux` they are the ordinary system calls, made
+ * directly (without the C library's cancellation-point wrapper). Where
+ * the kernel answers ENOSYS (a kernel without UKL's shortcuts), they
+ * fall back to the ordinary system calls too. UKL_OPT_SHORTCUT (ukl.opts=shortcut, `--opts shortcut`)
  * gives unmodified read(), write(), recv() and send() the same paths.
  */
 #define UKL_NR_TCP_READ 0x10004

@@ -106,3 +106,31 @@ def test_model_without_icount_is_refused(capsys):
     assert "--model cycles needs --icount" in capsys.readouterr().err
     assert cli.main(["bench", "redis", "--cpu", "skylake-sp", "--icount"]) == 2
     assert "--cpu names the cost table of --model cycles" in capsys.readouterr().err
+
+
+def test_reports_compare_with_their_own_baseline_in_host_mode_too():
+    from ukltool import hostbench
+    wall = hostbench.WallReport("redis", "Redis", "m", ["linux-mitigated", "base-mitigated"], 1,
+                                results={"linux-mitigated": [hostbench.Result("GET", 1000.0, 1.0, 2.0)],
+                                         "base-mitigated": [hostbench.Result("GET", 1100.0, 0.9, 1.8)]})
+    run = appbench.AppReport("sqlite3", "SQLite", False, "tcg", "m", ["linux-mitigated", "base-mitigated"],
+                             results={"linux-mitigated": [appbench.Point("run", 1, 1, 1, 2 * 10**9, 1)],
+                                      "base-mitigated": [appbench.Point("run", 1, 1, 1, 10**9, 1)]},
+                             baseline="linux-mitigated")
+    md = hostbench.markdown([wall], [run], None, None, "redis,sqlite3")
+    assert "--only redis,sqlite3 --configs linux-mitigated,base-mitigated" in md
+    assert "| GET | 1,000 | 1,100 | 1.10 | 1.00 / 2.00 | 0.90 / 1.80 |" in md
+    assert "base-mitigated / linux-mitigated" in md and "| run | 2.00 | 1.00 | 0.50 |" in md
+    # runs to completion alone: the header names their configurations
+    assert "--configs linux-mitigated,base-mitigated --repeat 1" in hostbench.markdown([], [run])
+
+
+def test_results_saved_before_the_model_load_with_linux_as_baseline(tmp_path):
+    old = [{"app": "redis", "description": "Redis", "icount": True, "accel": "tcg", "machine": "m",
+            "configs": ["linux", "base"], "kernels": {}, "runs": 1, "spread": {},
+            "results": {c: [{"op": "get", "conns": 1, "pipeline": 1, "requests": 10, "server_ns": 100,
+                             "elapsed_ns": 1, "instructions_per_request": 10.0}] for c in ("linux", "base")}}]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old))
+    (rep,) = appbench.load_json(path)
+    assert rep.baseline == "linux" and rep.model is None and rep.results["base"][0].per_request == 10.0

@@ -374,11 +374,12 @@ def test_a_recipe_extends_another_with_patches_of_its_own(tmp_path, monkeypatch)
     (tmp_path / "srv" / "recipe.toml").write_text(
         'description = "a server"\n[source]\npackage = "srv"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
         '[build]\nprogram = "srv"\nmake_args = ["A=1"]\n[image]\nfiles = [["srv.conf", "/etc/srv.conf"]]\n'
-        'args = ["-p", "1"]\n')
+        'args = ["-p", "1"]\n[tests]\ncommand = ["{recipe}/check.sh", "{port}"]\nport = 1\nprobe = "x"\n'
+        'finished = "done"\nverdicts = { ok = "^ok", err = "^err" }\n')
     (tmp_path / "srv-x" / "one.patch").write_text("--- a/f\n+++ b/f\n")
     (tmp_path / "srv-x" / "recipe.toml").write_text(
         'extends = "srv"\ndescription = "the server, patched"\n[source]\npatches = ["one.patch"]\n'
-        '[build]\nmake_args = ["A=2"]\n')
+        '[build]\nmake_args = ["A=2"]\n[tests]\nverdicts = { ok = "^passed" }\n')
     base, x = recipes.load("srv"), recipes.load("srv-x")
     assert x.extends == "srv" and not base.extends and x.description == "the server, patched"
     # tables merge: the parent's keys stay unless replaced; paths stay the declaring recipe's
@@ -386,6 +387,11 @@ def test_a_recipe_extends_another_with_patches_of_its_own(tmp_path, monkeypatch)
     assert x.build.program == "srv" and x.build.make_args == ["A=2"] and x.args == ["-p", "1"]
     assert x.files == [(tmp_path / "srv" / "srv.conf", "/etc/srv.conf")] == base.files
     assert base.source.patches == []
+    # deeper than the top-level tables, values are replaced whole; the parent's
+    # {recipe} stays the parent's directory
+    assert x.tests is not None and x.tests.verdicts == {"ok": "^passed"}
+    assert x.tests.command == [f"{tmp_path / 'srv'}/check.sh", "{port}"]
+    assert base.tests is not None and base.tests.command == ["{recipe}/check.sh", "{port}"]
     for text, message in (('extends = "srv-x"\n', "which extends another recipe"),
                           ('extends = "srv-y"\n', "names the recipe this one modifies"),
                           ('extends = "srv"\n[source]\npatches = ["two.patch"]\n', "two.patch does not exist"),

@@ -298,7 +298,8 @@ def parser() -> argparse.ArgumentParser:
                         help="boot each configuration N times, interleaved; report medians (default 1)")
         ap.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
         ap.add_argument("--markdown", type=Path, metavar="FILE.md", help="write the report as Markdown")
-        ap.add_argument("--plot", type=Path, metavar="FILE.png", help="draw each load relative to linux")
+        ap.add_argument("--plot", type=Path, metavar="FILE.png",
+                        help="draw each load relative to the baseline (the first configuration without UKL)")
         ap.add_argument("--model", choices=["cycles"],
                         help="also model cycles (with --icount): the guest's instructions during each load plus "
                         "the extra cycles of its costly instructions (SYSCALL, SWAPGS, MOV to CR3, VERW, ...) "
@@ -534,12 +535,16 @@ def cmd_bench_app(a: argparse.Namespace) -> int:
         raise UklError("--model cycles needs --icount", "the model adds to guest instruction counts")
     if a.from_json:
         reports = appbench.load_json(a.from_json)
+        chosen = _bench_apps(a, [r.app for r in reports]) if a.app == "apps" else [r.app for r in reports]
+        reports = [r for r in reports if r.app in chosen]
         if model_cpu:
             for rep in reports:
                 rep.model = appcycles.remodel(rep.model, model_cpu)
     else:
+        chosen = _bench_apps(a, appbench.names())
         reports = [appbench.run_app(n, configs, a.icount, a.requests, a.timeout, a.repeat, model_cpu)
-                   for n in _bench_apps(a, appbench.names())]
+                   for n in chosen]
+    only = ",".join(chosen) if a.only else None
     for rep in reports:
         ui.report_console().print(appbench.table(rep))
         mt = appbench.model_table(rep)
@@ -550,7 +555,7 @@ def cmd_bench_app(a: argparse.Namespace) -> int:
     if a.plot:
         appbench.plot(reports, a.plot)
     if a.markdown:
-        a.markdown.write_text(appbench.markdown(reports, a.plot, a.markdown))
+        a.markdown.write_text(appbench.markdown(reports, a.plot, a.markdown, only))
     return 0
 
 
@@ -561,6 +566,10 @@ def _bench_app_host(a: argparse.Namespace, configs: list[str]) -> int:
                            "host clients measure wall-clock time with the recipe's [netbench] loads")
     if a.from_json:
         reports, runs_done = hostbench.load_json(a.from_json)
+        if a.only:
+            chosen = _bench_apps(a, [r.app for r in reports] + [r.app for r in runs_done])
+            reports = [r for r in reports if r.app in chosen]
+            runs_done = [r for r in runs_done if r.app in chosen]
     else:
         if a.app != "apps" and a.app not in hostbench.names():
             raise UklError(f"apps/{a.app}/recipe.toml has no [netbench] section",
@@ -579,7 +588,8 @@ def _bench_app_host(a: argparse.Namespace, configs: list[str]) -> int:
     if a.plot:
         hostbench.plot(reports, runs_done, a.plot)
     if a.markdown:
-        a.markdown.write_text(hostbench.markdown(reports, runs_done, a.plot, a.markdown, a.only))
+        only = ",".join([r.app for r in reports] + [r.app for r in runs_done]) if a.only else None
+        a.markdown.write_text(hostbench.markdown(reports, runs_done, a.plot, a.markdown, only))
     return 0
 
 

@@ -143,7 +143,10 @@ def _read(name: str) -> tuple[dict[str, Any], str]:
     where = str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
     src, img = data.get("source"), data.get("image")
     if isinstance(src, dict) and isinstance(src.get("patches"), list):
-        src["patches"] = [str(APPS_DIR / name / p) if isinstance(p, str) else p for p in src["patches"]]
+        if not all(isinstance(p, str) for p in src["patches"]):
+            raise UklError(f"{where} [source]: patches are file names in the recipe's directory",
+                           'e.g. patches = ["fix.patch"]')
+        src["patches"] = [str(APPS_DIR / name / p) for p in src["patches"]]
     if isinstance(img, dict) and isinstance(img.get("files"), list):
         img["files"] = [[str(APPS_DIR / name / f[0]), *f[1:]] if isinstance(f, list) and f and isinstance(f[0], str)
                         else f for f in img["files"]]
@@ -151,10 +154,12 @@ def _read(name: str) -> tuple[dict[str, Any], str]:
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """OVER's keys replace BASE's; tables present in both are merged."""
+    """OVER's keys replace BASE's; a top-level table ([source], [build],
+    ...) present in both takes OVER's keys over BASE's. Anything deeper
+    (inline tables, arrays) is replaced whole."""
     out = dict(base)
     for k, v in over.items():
-        out[k] = _merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+        out[k] = {**base[k], **v} if isinstance(v, dict) and isinstance(base.get(k), dict) else v
     return out
 
 
@@ -169,6 +174,11 @@ def load(name: str) -> Recipe:
         if "extends" in base:
             raise UklError(f"{where}: extends {base_where}, which extends another recipe",
                            "extend the recipe at the root of the chain")
+        tests = base.get("tests")
+        if isinstance(tests, dict) and isinstance(tests.get("command"), list):
+            # {recipe} in the parent's test command is the parent's directory
+            tests["command"] = [x.replace("{recipe}", str(APPS_DIR / parent)) if isinstance(x, str) else x
+                                for x in tests["command"]]
         data = _merge(base, data)
     src = _take(data, "source", dict, where)
     source = Source(_take(src, "package", str, f"{where} [source]"), _take(src, "version", str, f"{where} [source]"),
@@ -330,8 +340,8 @@ def fetch(r: Recipe) -> Path:
         for patch in s.patches:
             with ui.step(f"applying {patch.name}"):
                 try:
-                    run(["patch", "-p1", "--batch", "--forward", "-i", patch], cwd=tmp,
-                        what=f"applying {patch} (apps/{r.name}) to {dsc.name}")
+                    run(["patch", "-p1", "--batch", "--forward", "--fuzz=0", "--no-backup-if-mismatch", "-i", patch],
+                        cwd=tmp, what=f"applying {patch} (apps/{r.name}) to {dsc.name}")
                 except UklError:
                     shutil.rmtree(tmp, ignore_errors=True)
                     raise
