@@ -110,6 +110,16 @@ def _count(text: str) -> int:
     return v
 
 
+def _model_arguments(p: argparse.ArgumentParser, counted: str) -> None:
+    """--model cycles and --cpu NAME, for the benchmarks that can model cycles."""
+    p.add_argument("--model", choices=["cycles"],
+                   help=f"also model cycles (with --icount): {counted} plus the extra cycles of the costly "
+                   "instructions (SYSCALL, SWAPGS, WRMSR, MOV to CR3, VERW, ...) that a QEMU plugin counts; a model, "
+                   "not a measurement (docs/cycle-model.md)")
+    p.add_argument("--cpu", metavar="NAME", help="the model's cost table, bench/costs/NAME.toml (default "
+                   f"{cyclemodel.DEFAULT_CPU}; there: {', '.join(cyclemodel.cpus()) or 'none'})")
+
+
 def _positive(text: str) -> float:
     try:
         v = float(text)
@@ -249,12 +259,7 @@ def parser() -> argparse.ArgumentParser:
     sc.add_argument("--icount", action="store_true",
                     help="deterministic: the unit is guest instructions (-icount shift=0,sleep=off)")
     sc.add_argument("--quick", action="store_true", help="1,000 iterations and 3 sizes (for tests)")
-    sc.add_argument("--model", choices=["cycles"],
-                    help="also model cycles (with --icount): the instructions plus the extra cycles of the costly "
-                    "instructions (SYSCALL, SWAPGS, WRMSR, MOV to CR3, ...) that a QEMU plugin counts; a model, "
-                    "not a measurement (docs/cycle-model.md)")
-    sc.add_argument("--cpu", metavar="NAME", help="the model's cost table, bench/costs/NAME.toml (default "
-                    f"{cyclemodel.DEFAULT_CPU}; there: {', '.join(cyclemodel.cpus()) or 'none'})")
+    _model_arguments(sc, "the instructions")
     sc.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
     sc.add_argument("--plot", type=Path, metavar="FILE.png", help="draw latency plots")
     sc.add_argument("--markdown", type=Path, metavar="FILE.md", help="write the report as Markdown")
@@ -300,12 +305,7 @@ def parser() -> argparse.ArgumentParser:
         ap.add_argument("--markdown", type=Path, metavar="FILE.md", help="write the report as Markdown")
         ap.add_argument("--plot", type=Path, metavar="FILE.png",
                         help="draw each load relative to the baseline (the first configuration without UKL)")
-        ap.add_argument("--model", choices=["cycles"],
-                        help="also model cycles (with --icount): the guest's instructions during each load plus "
-                        "the extra cycles of its costly instructions (SYSCALL, SWAPGS, MOV to CR3, VERW, ...) "
-                        "that a QEMU plugin counts; a model, not a measurement (docs/cycle-model.md)")
-        ap.add_argument("--cpu", metavar="NAME", help="the model's cost table, bench/costs/NAME.toml (default "
-                        f"{cyclemodel.DEFAULT_CPU})")
+        _model_arguments(ap, "the guest's instructions during each load")
         ap.add_argument("--from-json", type=Path, metavar="FILE",
                         help="do not run: report the results saved in FILE (by --json)")
         ap.add_argument("--timeout", type=_positive, default=1800.0, metavar="S", help="per boot (default 1800)")
