@@ -4,6 +4,7 @@
  * for deterministic per-request costs (`ukl bench redis|memcached|nginx`).
  *
  *   appload PROTO PORT OP COMM REQUESTS CONNS PIPELINE
+ *   appload rate PROTO PORT OP COMM REQUESTS CONNS RATE
  *   appload run PROGRAM [ARG...]
  *
  * PROTO is redis, memcache or http; OP is get or set (http: get only).
@@ -19,6 +20,20 @@
  * instruction. elapsed_ns is CLOCK_MONOTONIC over the load (server, client
  * and kernel).
  *
+ * `appload rate` is an open-loop load (redis and memcache): requests
+ * arrive as a Poisson process of RATE requests per second of guest time
+ * (under `-icount shift=0`: per 10^9 guest instructions; a fixed seed, so
+ * runs repeat), round robin over CONNS connections, whether or not earlier
+ * ones were answered. A request's latency runs from its scheduled arrival,
+ * not from when it was sent, so a client that falls behind adds its delay
+ * to the latencies instead of hiding it (no coordinated omission). It
+ * prints
+ *
+ *   APPRATE proto op requests conns rate achieved p50_ns p99_ns max_ns server_ns elapsed_ns
+ *
+ * achieved is the requests answered per second over the load. It is not a
+ * plugin region.
+ *
  * `appload run` runs PROGRAM to completion and prints
  *
  *   APPRUN cpu_ns elapsed_ns
@@ -32,14 +47,18 @@
  * holds everything the guest executes during the load -- server, client,
  * kernel and idle loop. The markers are NOPs without the plugin.
  */
+#define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -301,6 +320,149 @@ static long long cpu_ns(const clockid_t *clocks, int n)
 	return sum;
 }
 
+/* The response to a request of the rate load: fixed, since key and value are */
+static size_t expected(char *out, size_t size, const char *op)
+{
+	if (!strcmp(proto, "redis"))
+		return !strcmp(op, "set") ? snprintf(out, size, "+OK\r\n") :
+			snprintf(out, size, "$%zu\r\n%s\r\n", strlen(VALUE), VALUE);
+	return !strcmp(op, "set") ? snprintf(out, size, "STORED\r\n") :
+		snprintf(out, size, "VALUE ukl:k1 0 %zu\r\n%s\r\nEND\r\n", strlen(VALUE), VALUE);
+}
+
+/* The gap to the next Poisson arrival, in ns: an exponential variate from a
+ * fixed-seed xorshift64* generator */
+static long long next_gap(double mean_ns)
+{
+	static unsigned long long x = 0x554b4c2d72617465ULL;
+	double u;
+
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	u = ((x * 0x2545F4914F6CDD1DULL) >> 11) * 0x1.0p-53;	/* [0, 1) */
+	return (long long)(-log(1.0 - u) * mean_ns);
+}
+
+static int cmp_ll(const void *a, const void *b)
+{
+	long long x = *(const long long *)a, y = *(const long long *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The nearest-rank q-quantile of n sorted values */
+static long long quantile(const long long *v, long n, double q)
+{
+	long k = (long)ceil(q * n) - 1;
+
+	return v[k < 0 ? 0 : k];
+}
+
+static int rate_load(char **argv)
+{
+	static struct pollfd pfd[64];
+	static size_t matched[64];
+	static long answered[64];
+	static clockid_t clocks[64];
+	char req[256], resp[256], buf[65536];
+	const char *op = argv[2];
+	long requests = atol(argv[4]), sent = 0, done = 0;
+	int nconns = atoi(argv[5]), nclocks;
+	double rate = atof(argv[6]);
+	long long *sched, *lat, t0, next, last = 0, cpu0;
+	size_t reqlen, resplen;
+
+	proto = argv[0];
+	if ((strcmp(proto, "redis") && strcmp(proto, "memcache")) ||
+	    (strcmp(op, "get") && strcmp(op, "set")) || requests <= 0 || requests > 1000000 ||
+	    nconns <= 0 || nconns > 64 || !(rate >= 1 && rate <= 1e8)) {
+		fprintf(stderr, "appload: bad arguments (rate: redis|memcache, get|set, requests 1..10^6, "
+			"conns 1..64, rate 1..10^8 per second)\n");
+		return 2;
+	}
+	/* a sleep must end when asked: the default 50 us slack would delay arrivals */
+	if (prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0))
+		die("PR_SET_TIMERSLACK");
+	sched = calloc(requests, sizeof(*sched));
+	lat = calloc(requests, sizeof(*lat));
+	if (!sched || !lat)
+		die("calloc");
+	for (int i = 0; i < nconns; i++) {
+		static struct conn c0;
+
+		pfd[i].fd = connect_to(atoi(argv[1]), i ? 1 : 600);
+		pfd[i].events = POLLIN;
+		if (!i) {	/* the key the gets read */
+			c0.fd = pfd[0].fd;
+			reqlen = request(req, sizeof(req), "set");
+			send_all(c0.fd, req, reqlen);
+			read_response(&c0, "set");
+			if (c0.pos != c0.len)
+				bad("(more than one response)");
+		}
+	}
+	nclocks = server_clocks(argv[3], clocks, 64);
+	reqlen = request(req, sizeof(req), op);
+	resplen = expected(resp, sizeof(resp), op);
+
+	cpu0 = cpu_ns(clocks, nclocks);
+	t0 = now_ns(CLOCK_MONOTONIC);
+	next = t0 + next_gap(1e9 / rate);
+	while (done < requests) {
+		long long now = now_ns(CLOCK_MONOTONIC);
+		struct timespec ts, *wait = NULL;
+
+		while (sent < requests && next <= now) {
+			sched[sent] = next;
+			send_all(pfd[sent % nconns].fd, req, reqlen);
+			sent++;
+			next += next_gap(1e9 / rate);
+		}
+		if (sent < requests) {
+			long long d = next - now;
+
+			ts.tv_sec = d / 1000000000LL;
+			ts.tv_nsec = d % 1000000000LL;
+			wait = &ts;
+		}
+		if (ppoll(pfd, nconns, wait, NULL) < 0 && errno != EINTR)
+			die("ppoll");
+		now = now_ns(CLOCK_MONOTONIC);
+		for (int i = 0; i < nconns; i++) {
+			ssize_t r;
+
+			if (!(pfd[i].revents & (POLLIN | POLLERR | POLLHUP)))
+				continue;
+			r = read(pfd[i].fd, buf, sizeof(buf));
+			if (r <= 0) {
+				fprintf(stderr, "appload: the server closed the connection\n");
+				return 1;
+			}
+			for (ssize_t k = 0; k < r; k++) {
+				long idx = answered[i] * nconns + i;
+
+				if (buf[k] != resp[matched[i]] || idx >= sent)
+					bad("(not the expected bytes)");
+				if (++matched[i] < resplen)
+					continue;
+				matched[i] = 0;
+				answered[i]++;
+				lat[done++] = now - sched[idx];
+				last = now;
+			}
+		}
+	}
+	cpu0 = cpu_ns(clocks, nclocks) - cpu0;
+	qsort(lat, requests, sizeof(*lat), cmp_ll);
+	printf("APPRATE %s %s %ld %d %.0f %.0f %lld %lld %lld %lld %lld\n", proto, op, requests, nconns, rate,
+	       requests * 1e9 / (last - t0), quantile(lat, requests, 0.5), quantile(lat, requests, 0.99),
+	       lat[requests - 1], cpu0, last - t0);
+	for (int i = 0; i < nconns; i++)
+		close(pfd[i].fd);
+	return 0;
+}
+
 static int run(char **argv)
 {
 	long long t0, t1;
@@ -347,8 +509,11 @@ int main(int argc, char **argv)
 	region_id();	/* a bad APPLOAD_REGION is refused before any work */
 	if (argc > 2 && !strcmp(argv[1], "run"))
 		return run(argv + 2);
+	if (argc == 9 && !strcmp(argv[1], "rate"))
+		return rate_load(argv + 2);
 	if (argc != 8) {
 		fprintf(stderr, "usage: appload redis|memcache|http PORT get|set COMM REQUESTS CONNS PIPELINE\n"
+			"       appload rate redis|memcache PORT get|set COMM REQUESTS CONNS RATE\n"
 			"       appload run PROGRAM [ARG...]\n");
 		return 2;
 	}

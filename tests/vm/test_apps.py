@@ -148,3 +148,29 @@ def test_nginx_http_checks_pass_against_the_ukl_server(outdir):
     got = apptest_outcomes(outdir, "nginx")
     for config in APPTEST_CONFIGS:
         assert got[config]["finished"] and got[config]["counts"] == {"ok": 27, "err": 0}, got[config]
+
+
+def test_memcached_latency_rises_with_offered_load(outdir):
+    """`ukl bench memcached --icount`: the recipe's open-loop loads (Poisson
+    arrivals at each offered rate, bench/appload.c `rate`) give p50 and p99
+    latency in guest instructions under linux and under every option."""
+    import json
+    rates = recipes.load("memcached").bench.latency.rates
+    out = outdir / "bench-memcached.json"
+    res = ukl("bench", "memcached", "--configs", f"linux,{PROFILE}", "--icount", "--requests", "300",
+              "--json", out, "--markdown", outdir / "bench-memcached.md", "--plot", outdir / "bench-memcached.png")
+    assert res.returncode == 0, res.stdout[-3000:]
+    (report,) = json.loads(out.read_text())
+    for config in ("linux", PROFILE):
+        pts = report["latency"][config]
+        assert [p["rate"] for p in pts] == rates and all(p["requests"] == 300 for p in pts), pts
+        for p in pts:
+            assert 0 < p["p50_ns"] <= p["p99_ns"] <= p["max_ns"] <= p["elapsed_ns"], p
+        low, high = pts[0], pts[-1]
+        # the lowest rate is far below what the guest can serve: answered as
+        # offered, each request in well under a millisecond of guest time
+        assert 0.7 * low["rate"] < low["achieved"] < 1.3 * low["rate"] and low["p50_ns"] < 1_000_000, low
+        assert high["p99_ns"] > low["p99_ns"] and high["server_ns"] > 0, (low, high)
+    md = (outdir / "bench-memcached.md").read_text()
+    assert "### Latency against offered load" in md and f"{PROFILE} p99 / linux" in md
+    assert (outdir / "bench-memcached-latency.png").stat().st_size > 0

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from ukltool import appcycles, bench, cyclemodel, image, initramfs, plugin, recipes, ui, vm
+from ukltool import appcycles, applatency, bench, cyclemodel, image, initramfs, plugin, recipes, ui, vm
 from ukltool.errors import UklError
 from ukltool.paths import REPO, cache_dir
 from ukltool.proc import host_cc, run
@@ -66,6 +66,7 @@ class AppReport:
     spread: dict[str, dict[str, float]] = field(default_factory=dict)  # (max - min) / median per load
     baseline: str = BASELINE  # what the others are compared with (bench.baseline())
     model: appcycles.AppModel | None = None  # --model cycles: classed instructions per load
+    latency: dict[str, list[applatency.RatePoint]] = field(default_factory=dict)  # open-loop loads
 
     @property
     def unit(self) -> str:
@@ -83,7 +84,7 @@ def loader() -> Path:
     if not out.is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(out.name + ".partial")
-        run([host_cc(), "-O2", "-Wall", "-static", "-o", tmp, LOADER], what="compiling bench/appload.c")
+        run([host_cc(), "-O2", "-Wall", "-static", "-o", tmp, LOADER, "-lm"], what="compiling bench/appload.c")
         tmp.replace(out)
     return out
 
@@ -101,6 +102,7 @@ def script(r: recipes.Recipe, requests: int | None) -> str:
     for k, (op, conns, pipeline) in enumerate(loads):   # load K is the plugin's region K (appcycles)
         lines.append(f"APPLOAD_REGION={k} /bin/appload {b.protocol} {b.port} {op} {shlex.quote(b.comm)} {n} "
                      f"{conns} {pipeline} || echo APPLOAD-FAILED")
+    lines += applatency.script_lines(b, requests)
     lines += ["kill $pid; wait $pid", "echo APPLOAD-DONE"]
     return "\n".join(lines) + "\n"
 
@@ -145,6 +147,7 @@ def run_app(name: str, configs: list[str], icount: bool, requests: int | None, t
         report.kernels[config] = man.kernel_release
         outs[config] = out
     runs: dict[str, list[list[Point]]] = {c: [] for c in configs}
+    latency_runs: dict[str, list[list[applatency.RatePoint]]] = {c: [] for c in configs}
     for i in range(repeat):
         for config in configs:
             out = outs[config]
@@ -161,7 +164,10 @@ def run_app(name: str, configs: list[str], icount: bool, requests: int | None, t
                 raise UklError(f"the {name} benchmark failed under '{config}' (status {res.code})",
                                f"see {out / 'console.log'}")
             report.accel = res.accel
-            runs[config].append(parse((out / "console.log").read_text(errors="replace")))
+            text = (out / "console.log").read_text(errors="replace")
+            runs[config].append(parse(text))
+            latency_runs[config].append(applatency.parse(text))
+            applatency.check(latency_runs[config][-1], r.bench, f"the {name} benchmark under '{config}'")
             if report.model and i == 0:
                 if not counts.is_file():
                     raise UklError(f"the QEMU plugin wrote no report under '{config}' ({counts})",
@@ -171,6 +177,8 @@ def run_app(name: str, configs: list[str], icount: bool, requests: int | None, t
                     f"the {name} benchmark under '{config}'")
     for config, rs in runs.items():
         report.results[config], report.spread[config] = combine(rs)
+        if r.bench.latency:
+            report.latency[config] = applatency.combine(latency_runs[config])
     return report
 
 
@@ -227,6 +235,19 @@ def table(report: AppReport) -> Table:
     return t
 
 
+def latency_table(report: AppReport) -> Table | None:
+    """p50 / p99 against offered load, if the recipe has open-loop loads."""
+    if not any(report.latency.values()):
+        return None
+    t = Table(title=f"{report.app}: latency against offered load, p50 / p99 in µs of guest time "
+              "(* the server fell behind)")
+    for h in applatency.heading(report.configs, report.baseline):
+        t.add_column(h, justify="left" if h == "offered load" else "right")
+    for row in applatency.rows(report.latency, report.configs, report.baseline):
+        t.add_row(*row)
+    return t
+
+
 def model_table(report: AppReport) -> Table | None:
     """The modelled cycles per request of every load, if counted."""
     if report.model is None:
@@ -273,12 +294,20 @@ def markdown(reports: list[AppReport], plot_file: Path | None = None, md_file: P
         out.append("")
         if rep.model:
             out += appcycles.markdown(rep.model, rep.configs, rep.baseline, [label for label, _ in rows(rep)])
+        out += applatency.markdown(rep.latency, rep.configs, rep.baseline, rep.icount)
     out += [NOTES, ""]
     if model:
         out += [appcycles.note(model), ""]
     if plot_file:
         out += [f"![relative to {reports[0].baseline}]({plot_file.name})", ""]
+        if any(any(rep.latency.values()) for rep in reports):
+            out += [f"![latency against offered load]({latency_plot_file(plot_file).name})", ""]
     return "\n".join(out)
+
+
+def latency_plot_file(plot_file: Path) -> Path:
+    """Where --plot FILE puts the latency-against-load figure: FILE-latency.png."""
+    return plot_file.with_name(plot_file.stem + "-latency" + plot_file.suffix)
 
 
 NOTES = """## Reading these numbers
@@ -334,6 +363,7 @@ def load_json(path: Path) -> list[AppReport]:
         for d in json.loads(path.read_text()):
             d["results"] = {c: [Point(**{k: v for k, v in p.items() if k in point_fields}) for p in pts]
                             for c, pts in d["results"].items()}
+            d["latency"] = {c: [applatency.RatePoint(**p) for p in pts] for c, pts in d.get("latency", {}).items()}
             d["model"] = appcycles.from_dict(d.get("model"))
             reports.append(AppReport(**d))
         return reports
@@ -358,6 +388,8 @@ def plot(reports: list[AppReport], path: Path) -> None:
     unit = reports[0].unit.split(" (")[0] if reports else ""
     plot_ratios(labels, ratios, path, f"application CPU time per request (or run) relative to {baseline}, in {unit}",
                 (0.9, 1.1), baseline)
+    if any(any(rep.latency.values()) for rep in reports):
+        applatency.plot({rep.app: rep.latency for rep in reports}, latency_plot_file(path), baseline)
 
 
 def plot_ratios(labels: list[str], ratios: dict[str, list[float]], path: Path, xlabel: str,

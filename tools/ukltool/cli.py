@@ -547,6 +547,9 @@ def cmd_bench_app(a: argparse.Namespace) -> int:
     only = ",".join(chosen) if a.only else None
     for rep in reports:
         ui.report_console().print(appbench.table(rep))
+        lt = appbench.latency_table(rep)
+        if lt is not None:
+            ui.report_console().print(lt)
         mt = appbench.model_table(rep)
         if mt:
             ui.report_console().print(mt)

@@ -49,6 +49,17 @@ class Bench:
     conns: list[int] = field(default_factory=lambda: [1])
     pipelines: list[int] = field(default_factory=lambda: [1])
     requests: int = 10000
+    latency: Latency | None = None  # [bench.latency]: an open-loop load at each offered rate
+
+
+@dataclass
+class Latency:
+    """Latency against offered load (`appload rate`): Poisson arrivals at
+    each rate, in requests per second of guest time."""
+    op: str
+    conns: int
+    requests: int                   # per rate
+    rates: list[int]
 
 
 BENCH_PROTOCOLS = ("redis", "memcache", "http", "run")
@@ -123,6 +134,20 @@ def _take(d: dict[str, Any], key: str, kind: type, where: str, default: Any = No
     if not isinstance(v, kind) or (isinstance(v, list) and not all(isinstance(x, (str, list, int, dict)) for x in v)):
         raise UklError(f"{where}: '{key}' must be a {kind.__name__}", "see apps/README.md for the recipe format")
     return v
+
+
+def _latency(d: dict[str, Any], protocol: str, w: str) -> Latency:
+    lat = Latency(_take(d, "op", str, w, "get"), _take(d, "conns", int, w, 4), _take(d, "requests", int, w, 4000),
+                  [int(r) for r in _take(d, "rates", list, w)])
+    _done(d, w)
+    if protocol not in ("redis", "memcache"):
+        raise UklError(f"{w}: latency against offered load needs fixed-size answers: protocol redis or memcache",
+                       "remove [bench.latency] or measure this server with --clients host")
+    if lat.op not in ("get", "set") or not 0 < lat.conns <= 64 or not 0 < lat.requests <= 1_000_000 or \
+            not lat.rates or not all(0 < r <= 100_000_000 for r in lat.rates):
+        raise UklError(f"{w}: op get or set, conns 1..64, requests 1..10^6, rates 1..10^8 (a non-empty list)",
+                       "see apps/README.md")
+    return lat
 
 
 def _done(d: dict[str, Any], where: str) -> None:
@@ -238,6 +263,8 @@ def load(name: str) -> Recipe:
                       [str(o) for o in _take(bd, "ops", list, w, ["get"])],
                       [int(c) for c in _take(bd, "conns", list, w, [1])],
                       [int(p) for p in _take(bd, "pipelines", list, w, [1])], _take(bd, "requests", int, w, 10000))
+        if "latency" in bd:
+            bench.latency = _latency(_take(bd, "latency", dict, w), bench.protocol, f"{where} [bench.latency]")
         _done(bd, w)
         if bench.protocol not in BENCH_PROTOCOLS:
             raise UklError(f"{w}: protocol '{bench.protocol}' is not one of {', '.join(BENCH_PROTOCOLS)}",
