@@ -4,7 +4,7 @@
  * for deterministic per-request costs (`ukl bench redis|memcached|nginx`).
  *
  *   appload PROTO PORT OP COMM REQUESTS CONNS PIPELINE
- *   appload rate PROTO PORT OP COMM REQUESTS CONNS RATE
+ *   appload rate PROTO [ADDR:]PORT OP COMM|- REQUESTS CONNS RATE
  *   appload run PROGRAM [ARG...]
  *
  * PROTO is redis, memcache or http; OP is get or set (http: get only).
@@ -32,7 +32,9 @@
  *   APPRATE proto op requests conns rate achieved p50_ns p99_ns max_ns server_ns elapsed_ns
  *
  * achieved is the requests answered per second over the load. It is not a
- * plugin region.
+ * plugin region. With ADDR (IPv4) and COMM "-" it loads a server on another
+ * machine (the guest, from the host: `ukl bench NAME --clients host`) in
+ * that machine's time, and server_ns is 0.
  *
  * `appload run` runs PROGRAM to completion and prints
  *
@@ -120,12 +122,11 @@ static long long now_ns(clockid_t clk)
 	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static int connect_to(int port, int tries)
+static int connect_to(struct in_addr addr, int port, int tries)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port), .sin_addr = addr };
 	int one = 1;
 
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	for (;;) {
 		int fd = socket(AF_INET, SOCK_STREAM, 0);
 
@@ -365,20 +366,29 @@ static int rate_load(char **argv)
 	static size_t matched[64];
 	static long answered[64];
 	static clockid_t clocks[64];
-	char req[256], resp[256], buf[65536];
+	char req[256], resp[256], buf[65536], *colon = strchr(argv[1], ':');
+	struct in_addr addr = { htonl(INADDR_LOOPBACK) };
 	const char *op = argv[2];
 	long requests = atol(argv[4]), sent = 0, done = 0;
-	int nconns = atoi(argv[5]), nclocks;
+	int nconns = atoi(argv[5]), nclocks = 0, port;
 	double rate = atof(argv[6]);
 	long long *sched, *lat, t0, next, last = 0, cpu0;
 	size_t reqlen, resplen;
 
 	proto = argv[0];
+	if (colon) {	/* ADDR:PORT: a server elsewhere (the guest, from the host) */
+		*colon = 0;
+		if (inet_pton(AF_INET, argv[1], &addr) != 1) {
+			fprintf(stderr, "appload: %s: not an IPv4 address\n", argv[1]);
+			return 2;
+		}
+	}
+	port = atoi(colon ? colon + 1 : argv[1]);
 	if ((strcmp(proto, "redis") && strcmp(proto, "memcache")) ||
 	    (strcmp(op, "get") && strcmp(op, "set")) || requests <= 0 || requests > 1000000 ||
-	    nconns <= 0 || nconns > 64 || !(rate >= 1 && rate <= 1e8)) {
-		fprintf(stderr, "appload: bad arguments (rate: redis|memcache, get|set, requests 1..10^6, "
-			"conns 1..64, rate 1..10^8 per second)\n");
+	    nconns <= 0 || nconns > 64 || !(rate >= 1 && rate <= 1e8) || port <= 0 || port > 65535) {
+		fprintf(stderr, "appload: bad arguments (rate: redis|memcache, [ADDR:]PORT, get|set, "
+			"requests 1..10^6, conns 1..64, rate 1..10^8 per second)\n");
 		return 2;
 	}
 	/* a sleep must end when asked: the default 50 us slack would delay arrivals */
@@ -391,7 +401,7 @@ static int rate_load(char **argv)
 	for (int i = 0; i < nconns; i++) {
 		static struct conn c0;
 
-		pfd[i].fd = connect_to(atoi(argv[1]), i ? 1 : 600);
+		pfd[i].fd = connect_to(addr, port, i ? 1 : 600);
 		pfd[i].events = POLLIN;
 		if (!i) {	/* the key the gets read */
 			c0.fd = pfd[0].fd;
@@ -402,7 +412,8 @@ static int rate_load(char **argv)
 				bad("(more than one response)");
 		}
 	}
-	nclocks = server_clocks(argv[3], clocks, 64);
+	if (strcmp(argv[3], "-"))	/* "-": not on this machine, server_ns is 0 */
+		nclocks = server_clocks(argv[3], clocks, 64);
 	reqlen = request(req, sizeof(req), op);
 	resplen = expected(resp, sizeof(resp), op);
 
@@ -513,7 +524,7 @@ int main(int argc, char **argv)
 		return rate_load(argv + 2);
 	if (argc != 8) {
 		fprintf(stderr, "usage: appload redis|memcache|http PORT get|set COMM REQUESTS CONNS PIPELINE\n"
-			"       appload rate redis|memcache PORT get|set COMM REQUESTS CONNS RATE\n"
+			"       appload rate redis|memcache [ADDR:]PORT get|set COMM|- REQUESTS CONNS RATE\n"
 			"       appload run PROGRAM [ARG...]\n");
 		return 2;
 	}
@@ -531,7 +542,7 @@ int main(int argc, char **argv)
 	}
 
 	for (int i = 0; i < nconns; i++)
-		conns[i].fd = connect_to(port, i ? 1 : 600);
+		conns[i].fd = connect_to((struct in_addr){ htonl(INADDR_LOOPBACK) }, port, i ? 1 : 600);
 	if (strcmp(proto, "http")) {	/* the key the gets read */
 		reqlen = request(req, sizeof(req), "set");
 		send_all(conns[0].fd, req, reqlen);

@@ -110,3 +110,18 @@ def test_apptest_outcomes_round_trip(tmp_path):
     assert [o.config for o in got] == ["linux", "base"] and got[0] == outs[0] and not got[1].finished
     with pytest.raises(UklError, match="cannot read apptest results"):
         apptest.load_json([tmp_path / "missing.json"])
+
+
+def test_appload_open_loop_line():
+    [s] = clients.parse("appload", "APPRATE memcache get 3000 4 2000 2042 68441 524418 5228163 0 1958673853\n")
+    assert s == clients.Sample("GET", 2042.0, 0.068441, 0.524418)
+    with pytest.raises(UklError, match="no APPRATE line"):
+        clients.parse("appload", "appload: connect: Connection refused\n")
+
+
+def test_a_netbench_appload_command_is_the_loader_built_on_the_host(monkeypatch, tmp_path):
+    from ukltool import appbench, hostbench
+    monkeypatch.setattr(appbench, "loader", lambda: tmp_path / "appload-x")
+    assert hostbench._expand(["appload", "rate", "memcache", "{host}:{port}", "get", "-", "10", "4", "100"], 11211) \
+        == [str(tmp_path / "appload-x"), "rate", "memcache", f"{netns.GUEST_IP}:11211", "get", "-", "10", "4", "100"]
+    assert hostbench._expand(["ab", "http://{host}:{port}/"], 80) == ["ab", f"http://{netns.GUEST_IP}:80/"]

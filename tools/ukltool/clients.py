@@ -1,5 +1,7 @@
 """What real load generators print, read: redis-benchmark --csv, memcaslap
-(libmemcached-tools' memaslap), ab and wrk --latency. Each parser returns
+(libmemcached-tools' memaslap), ab, wrk --latency, and our open-loop
+bench/appload.c `rate` (latency against offered load, which none of
+Debian's clients measures: memaslap's --tps throttle never engages). Each parser returns
 one Sample per operation the tool reports. Pure functions of the text, so
 that they are unit-tested on the tools' real output."""
 
@@ -112,8 +114,18 @@ def wrk(text: str) -> list[Sample]:
     return [Sample("GET", float(rps.group(1)), _wrk_ms(dist["50"]), _wrk_ms(dist["99"]))]
 
 
-PARSERS = {"redis-benchmark": redis_benchmark, "memcaslap": memcaslap, "ab": ab, "wrk": wrk}
-# The Debian package each client comes from
+def appload(text: str) -> list[Sample]:
+    """`appload rate`'s APPRATE line: the rate answered, and p50/p99 from
+    each request's scheduled arrival (ns)."""
+    m = re.search(r"^APPRATE \S+ (get|set) \d+ \d+ \d+ ([\d.]+) (\d+) (\d+) ", text, re.M)
+    if not m:
+        raise _fail("appload", "no APPRATE line")
+    return [Sample(m[1].upper(), float(m[2]), int(m[3]) / 1e6, int(m[4]) / 1e6)]
+
+
+PARSERS = {"redis-benchmark": redis_benchmark, "memcaslap": memcaslap, "ab": ab, "wrk": wrk, "appload": appload}
+# The Debian package each client comes from; appload is ours (bench/appload.c,
+# built by the tool)
 PACKAGES = {"redis-benchmark": "redis-tools", "memcaslap": "libmemcached-tools", "ab": "apache2-utils",
             "wrk": "wrk"}
 

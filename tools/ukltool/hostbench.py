@@ -54,10 +54,14 @@ def names() -> list[str]:
 
 
 def _expand(cmd: list[str], port: int) -> list[str]:
-    return [a.replace("{host}", netns.GUEST_IP).replace("{port}", str(port)) for a in cmd]
+    """{host} and {port}: where the server listens; a command `appload` is
+    bench/appload.c, built on the host."""
+    args = [a.replace("{host}", netns.GUEST_IP).replace("{port}", str(port)) for a in cmd]
+    return [str(appbench.loader()), *args[1:]] if args and args[0] == "appload" else args
 
 
 def _client(ns: netns.Netns, load: recipes.NetLoad, port: int, log: Path) -> list[Result]:
+    tool = load.command[0]
     cmd = _expand(load.command, port)
     try:
         res = subprocess.run(ns.exec(cmd), stdin=subprocess.DEVNULL, capture_output=True, text=True,
@@ -66,12 +70,12 @@ def _client(ns: netns.Netns, load: recipes.NetLoad, port: int, log: Path) -> lis
         with open(log, "a") as fh:
             for part in (e.stdout, e.stderr):
                 fh.write(part.decode(errors="replace") if isinstance(part, bytes) else part or "")
-        raise UklError(f"{cmd[0]} ({load.name}) did not finish within {load.timeout:.0f}s", f"see {log}") from None
+        raise UklError(f"{tool} ({load.name}) did not finish within {load.timeout:.0f}s", f"see {log}") from None
     with open(log, "a") as fh:
         fh.write(f"$ {' '.join(cmd)}\n{res.stdout}{res.stderr}\n")
     if res.returncode != 0:
-        raise UklError(f"{cmd[0]} ({load.name}) failed (exit {res.returncode})", f"see {log}")
-    return [Result(f"{s.op} {load.name}", s.rps, s.p50_ms, s.p99_ms) for s in clients.parse(cmd[0], res.stdout)]
+        raise UklError(f"{tool} ({load.name}) failed (exit {res.returncode})", f"see {log}")
+    return [Result(f"{s.op} {load.name}", s.rps, s.p50_ms, s.p99_ms) for s in clients.parse(tool, res.stdout)]
 
 
 def one_boot(ns: netns.Netns, nb: recipes.NetBench, out: Path, log: Path, timeout: float) -> list[Result]:
@@ -101,7 +105,8 @@ def run_app(name: str, configs: list[str], repeat: int, timeout: float) -> WallR
         raise UklError(f"apps/{name}/recipe.toml has no [netbench] section",
                        "host-client benchmarks: " + ", ".join(names()))
     for tool in dict.fromkeys(load.command[0] for load in nb.loads):
-        need_tool(tool, clients.PACKAGES[tool])
+        if tool in clients.PACKAGES:
+            need_tool(tool, clients.PACKAGES[tool])
     configs = bench.baseline(configs)   # the baseline first, as appbench's runs to completion
     mismatch = bench.cpu_mismatch(configs)
     if mismatch:
