@@ -29,12 +29,15 @@
  * to the latencies instead of hiding it (no coordinated omission). It
  * prints
  *
- *   APPRATE proto op requests conns rate achieved p50_ns p99_ns max_ns server_ns elapsed_ns
+ *   APPRATE proto op requests conns rate offered achieved p50_ns p99_ns max_ns server_ns elapsed_ns
  *
- * achieved is the requests answered per second over the load. It is not a
- * plugin region. With ADDR (IPv4) and COMM "-" it loads a server on another
- * machine (the guest, from the host: `ukl bench NAME --clients host`) in
- * that machine's time, and server_ns is 0.
+ * offered is the rate the drawn arrivals make (it differs from RATE by
+ * chance: a few percent for a few thousand requests), achieved the
+ * requests answered per second over the load. At most MAX_INFLIGHT requests
+ * are unanswered per connection; a request due beyond waits to be sent,
+ * its latency running. It is not a plugin region. With ADDR (IPv4) and
+ * COMM "-" it loads a server on another machine (the guest, from the host:
+ * `ukl bench NAME --clients host`), in this machine's time; server_ns is 0.
  *
  * `appload run` runs PROGRAM to completion and prints
  *
@@ -70,6 +73,7 @@
 #include "region.h"
 
 #define VALUE "0123456789abcdef0123456789abcdef"	/* 32 bytes */
+#define MAX_INFLIGHT 256	/* unanswered requests per connection (rate) */
 
 struct conn {
 	int fd;
@@ -333,7 +337,7 @@ static size_t expected(char *out, size_t size, const char *op)
 
 /* The gap to the next Poisson arrival, in ns: an exponential variate from a
  * fixed-seed xorshift64* generator */
-static long long next_gap(double mean_ns)
+static double next_gap(double mean_ns)
 {
 	static unsigned long long x = 0x554b4c2d72617465ULL;
 	double u;
@@ -342,7 +346,7 @@ static long long next_gap(double mean_ns)
 	x ^= x << 25;
 	x ^= x >> 27;
 	u = ((x * 0x2545F4914F6CDD1DULL) >> 11) * 0x1.0p-53;	/* [0, 1) */
-	return (long long)(-log(1.0 - u) * mean_ns);
+	return -log(1.0 - u) * mean_ns;
 }
 
 static int cmp_ll(const void *a, const void *b)
@@ -372,7 +376,8 @@ static int rate_load(char **argv)
 	long requests = atol(argv[4]), sent = 0, done = 0;
 	int nconns = atoi(argv[5]), nclocks = 0, port;
 	double rate = atof(argv[6]);
-	long long *sched, *lat, t0, next, last = 0, cpu0;
+	long long *sched, *lat, t0, last = 0, cpu0;
+	double next;
 	size_t reqlen, resplen;
 
 	proto = argv[0];
@@ -424,14 +429,22 @@ static int rate_load(char **argv)
 		long long now = now_ns(CLOCK_MONOTONIC);
 		struct timespec ts, *wait = NULL;
 
-		while (sent < requests && next <= now) {
-			sched[sent] = next;
+		/*
+		 * Send what is due, unless the connection it goes to has
+		 * MAX_INFLIGHT unanswered requests (bounded socket buffers, and
+		 * no deadlock of blocking writes far beyond saturation): then it
+		 * waits for answers, its latency running from its arrival.
+		 */
+		while (sent < requests && next <= now &&
+		       sent / nconns - answered[sent % nconns] < MAX_INFLIGHT) {
+			sched[sent] = (long long)next;
 			send_all(pfd[sent % nconns].fd, req, reqlen);
 			sent++;
 			next += next_gap(1e9 / rate);
+			now = now_ns(CLOCK_MONOTONIC);	/* sending takes time */
 		}
-		if (sent < requests) {
-			long long d = next - now;
+		if (sent < requests && next > now) {	/* until the next arrival, or an answer */
+			long long d = (long long)ceil(next) - now;
 
 			ts.tv_sec = d / 1000000000LL;
 			ts.tv_nsec = d % 1000000000LL;
@@ -453,7 +466,9 @@ static int rate_load(char **argv)
 			for (ssize_t k = 0; k < r; k++) {
 				long idx = answered[i] * nconns + i;
 
-				if (buf[k] != resp[matched[i]] || idx >= sent)
+				if (idx >= sent)
+					bad("(an answer to no request)");
+				if (buf[k] != resp[matched[i]])
 					bad("(not the expected bytes)");
 				if (++matched[i] < resplen)
 					continue;
@@ -466,9 +481,9 @@ static int rate_load(char **argv)
 	}
 	cpu0 = cpu_ns(clocks, nclocks) - cpu0;
 	qsort(lat, requests, sizeof(*lat), cmp_ll);
-	printf("APPRATE %s %s %ld %d %.0f %.0f %lld %lld %lld %lld %lld\n", proto, op, requests, nconns, rate,
-	       requests * 1e9 / (last - t0), quantile(lat, requests, 0.5), quantile(lat, requests, 0.99),
-	       lat[requests - 1], cpu0, last - t0);
+	printf("APPRATE %s %s %ld %d %.0f %.0f %.0f %lld %lld %lld %lld %lld\n", proto, op, requests, nconns,
+	       rate, requests * 1e9 / (sched[requests - 1] - t0), requests * 1e9 / (last - t0),
+	       quantile(lat, requests, 0.5), quantile(lat, requests, 0.99), lat[requests - 1], cpu0, last - t0);
 	for (int i = 0; i < nconns; i++)
 		close(pfd[i].fd);
 	return 0;

@@ -12,19 +12,21 @@ from ukltool import appbench, applatency, recipes
 from ukltool.errors import UklError
 
 # What bench/appload.c printed against a memcached on the host
-LINE = "APPRATE memcache get 4000 4 20000 20416 73152 303520 514173 71149300 195924674"
+LINE = "APPRATE memcache get 4000 4 20000 20423 20419 66864 377142 1192184 76208836 195897202"
 
 
 def point(rate: int, p99: int, achieved: float | None = None) -> applatency.RatePoint:
-    return applatency.RatePoint("get", 4, rate, 1000, float(rate if achieved is None else achieved), p99 // 4, p99,
-                                2 * p99, 10**7, 10**9)
+    return applatency.RatePoint("get", 4, rate, 1000, rate * 1.02, float(rate if achieved is None else achieved),
+                                p99 // 4, p99, 2 * p99, 10**7, 10**9)
 
 
 def test_appload_rate_lines_are_read_field_by_field():
     (p,) = applatency.parse(f"noise\n{LINE}\r\nAPPLOAD memcache get 300 1 1 5 6\n")
-    assert p == applatency.RatePoint("get", 4, 20000, 4000, 20416.0, 73152, 303520, 514173, 71149300, 195924674)
+    assert p == applatency.RatePoint("get", 4, 20000, 4000, 20423.0, 20419.0, 66864, 377142, 1192184, 76208836,
+                                     195897202)
     assert p.label == "GET 20,000/s" and not p.saturated
-    assert point(40000, 10, achieved=30000).saturated
+    # saturation is judged against the arrivals' own rate, not the nominal one
+    assert point(40000, 10, achieved=30000).saturated and not point(40000, 10, achieved=0.97 * 40800).saturated
 
 
 def test_the_guest_runs_one_open_loop_load_per_rate_capped_by_requests():
@@ -44,14 +46,15 @@ def test_the_guest_runs_one_open_loop_load_per_rate_capped_by_requests():
     assert applatency.script_lines(recipes.load("nginx").bench, None) == []
 
 
-def test_every_rate_must_be_measured_in_order():
+def test_every_rate_must_be_measured_in_order(tmp_path):
     b = recipes.load("memcached").bench
     assert b is not None and b.latency is not None
-    applatency.check([point(r, 100) for r in b.latency.rates], b, "t")
-    with pytest.raises(UklError, match="measured the offered rates none"):
-        applatency.check([], b, "t")
+    applatency.check([point(r, 100) for r in b.latency.rates], b, "t", tmp_path / "console.log")
+    with pytest.raises(UklError, match="measured the offered rates none") as e:
+        applatency.check([], b, "t", tmp_path / "console.log")
+    assert "console.log" in str(e.value.hint)
     with pytest.raises(UklError, match="not the recipe's"):
-        applatency.check([point(r, 100) for r in reversed(b.latency.rates)], b, "t")
+        applatency.check([point(r, 100) for r in reversed(b.latency.rates)], b, "t", tmp_path / "console.log")
 
 
 def test_runs_combine_field_by_field_to_the_lower_median():
@@ -106,6 +109,8 @@ def test_reports_keep_their_latencies_through_json_and_markdown(tmp_path):
     ('protocol = "redis"\nport = 1\ncomm = "x"\n[bench.latency]\nrates = [5]\nop = "del"\n', "op get or set"),
     ('protocol = "redis"\nport = 1\ncomm = "x"\n[bench.latency]\nrates = [5]\nqps = 1\n', "unknown key"),
     ('protocol = "redis"\nport = 1\ncomm = "x"\n[bench.latency]\nop = "get"\n', "lacks 'rates'"),
+    ('protocol = "redis"\nport = 1\ncomm = "x"\n[bench.latency]\nrates = [5000.5]\n', "whole numbers"),
+    ('protocol = "redis"\nport = 1\ncomm = "x"\n[bench.latency]\nrates = ["5k"]\n', "whole numbers"),
 ])
 def test_recipe_latency_sections_are_checked(tmp_path, monkeypatch, section, message):
     monkeypatch.setattr(recipes, "APPS_DIR", tmp_path)

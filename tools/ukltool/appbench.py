@@ -167,7 +167,8 @@ def run_app(name: str, configs: list[str], icount: bool, requests: int | None, t
             text = (out / "console.log").read_text(errors="replace")
             runs[config].append(parse(text))
             latency_runs[config].append(applatency.parse(text))
-            applatency.check(latency_runs[config][-1], r.bench, f"the {name} benchmark under '{config}'")
+            applatency.check(latency_runs[config][-1], r.bench, f"the {name} benchmark under '{config}'",
+                             out / "console.log")
             if report.model and i == 0:
                 if not counts.is_file():
                     raise UklError(f"the QEMU plugin wrote no report under '{config}' ({counts})",

@@ -25,8 +25,9 @@ class RatePoint:
     """One open-loop load: latencies in ns of guest time."""
     op: str
     conns: int
-    rate: int            # offered requests per second of guest time
+    rate: int            # offered requests per second of guest time (the recipe's)
     requests: int
+    offered: float       # the rate the drawn arrivals make (RATE, give or take chance)
     achieved: float      # requests answered per second over the load
     p50_ns: int
     p99_ns: int
@@ -40,8 +41,8 @@ class RatePoint:
 
     @property
     def saturated(self) -> bool:
-        """The server did not keep up: it answered under 95% of the offered rate."""
-        return self.achieved < 0.95 * self.rate
+        """The server did not keep up: it answered under 95% of the arrivals' rate."""
+        return self.achieved < 0.95 * self.offered
 
 
 def script_lines(b: recipes.Bench, requests: int | None) -> list[str]:
@@ -55,21 +56,21 @@ def script_lines(b: recipes.Bench, requests: int | None) -> list[str]:
             "|| echo APPLOAD-FAILED" for rate in lat.rates]
 
 
-_LINE = re.compile(r"^APPRATE \S+ (get|set) (\d+) (\d+) (\d+) ([\d.]+) (\d+) (\d+) (\d+) (\d+) (\d+)\s*$", re.M)
+_LINE = re.compile(r"^APPRATE \S+ (get|set) (\d+) (\d+) (\d+) ([\d.]+) ([\d.]+) (\d+) (\d+) (\d+) (\d+) (\d+)\s*$",
+                   re.M)
 
 
 def parse(text: str) -> list[RatePoint]:
-    return [RatePoint(m[1], int(m[3]), int(m[4]), int(m[2]), float(m[5]), int(m[6]), int(m[7]), int(m[8]),
-                      int(m[9]), int(m[10])) for m in _LINE.finditer(text)]
+    return [RatePoint(m[1], int(m[3]), int(m[4]), int(m[2]), float(m[5]), float(m[6]), int(m[7]), int(m[8]),
+                      int(m[9]), int(m[10]), int(m[11])) for m in _LINE.finditer(text)]
 
 
-def check(points: list[RatePoint], b: recipes.Bench, what: str) -> None:
+def check(points: list[RatePoint], b: recipes.Bench, what: str, log: Path) -> None:
     """Every rate of the recipe measured once, in its order."""
     want = b.latency.rates if b.latency else []
     got = [p.rate for p in points]
     if got != want:
-        raise UklError(f"{what} measured the offered rates {got or 'none'}, not the recipe's {want}",
-                       "see the console log")
+        raise UklError(f"{what} measured the offered rates {got or 'none'}, not the recipe's {want}", f"see {log}")
 
 
 def _median(points: tuple[RatePoint, ...], name: str) -> int:
@@ -85,6 +86,7 @@ def combine(runs: list[list[RatePoint]]) -> list[RatePoint]:
                for p in same):
             raise UklError("the runs measured different open-loop loads", "run the benchmark again")
         out.append(RatePoint(first.op, first.conns, first.rate, first.requests,
+                             statistics.median_low(p.offered for p in same),
                              statistics.median_low(p.achieved for p in same), _median(same, "p50_ns"),
                              _median(same, "p99_ns"), _median(same, "max_ns"), _median(same, "server_ns"),
                              _median(same, "elapsed_ns")))
@@ -134,9 +136,11 @@ def markdown(latency: dict[str, list[RatePoint]], configs: list[str], baseline: 
            "Open loop: requests arrive as a Poisson process at the offered rate (per second of guest time"
            + ("; under `--icount` per 10^9 guest instructions" if icount else "")
            + "), round robin over the connections, answered or not; a latency runs from the request's "
-           f"scheduled arrival, so a client that falls behind cannot hide it. Unit: {unit}. `*`: the guest "
-           "answered under 95% of the offered rate (the achieved rate follows); its queue grows for as long "
-           "as the load lasts, so those latencies depend on the number of requests.", "",
+           f"scheduled arrival, so a client that falls behind cannot hide it. Unit: {unit}. The client runs "
+           "in the same guest on the same vCPU, so its own work is in the latencies and in the load the guest "
+           "can take, as for every in-guest load. `*`: the guest answered under 95% of the arrivals' rate (the "
+           "achieved rate follows); its queue grows for as long as the load lasts, so those latencies depend "
+           "on the number of requests.", "",
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     out += ["| " + " | ".join(r) + " |" for r in rows(latency, configs, baseline)]
     return out + [""]

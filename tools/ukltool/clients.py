@@ -117,7 +117,7 @@ def wrk(text: str) -> list[Sample]:
 def appload(text: str) -> list[Sample]:
     """`appload rate`'s APPRATE line: the rate answered, and p50/p99 from
     each request's scheduled arrival (ns)."""
-    m = re.search(r"^APPRATE \S+ (get|set) \d+ \d+ \d+ ([\d.]+) (\d+) (\d+) ", text, re.M)
+    m = re.search(r"^APPRATE \S+ (get|set) \d+ \d+ \d+ [\d.]+ ([\d.]+) (\d+) (\d+) ", text, re.M)
     if not m:
         raise _fail("appload", "no APPRATE line")
     return [Sample(m[1].upper(), float(m[2]), int(m[3]) / 1e6, int(m[4]) / 1e6)]

@@ -137,8 +137,11 @@ def _take(d: dict[str, Any], key: str, kind: type, where: str, default: Any = No
 
 
 def _latency(d: dict[str, Any], protocol: str, w: str) -> Latency:
+    rates = d.pop("rates") if "rates" in d else _take(d, "rates", list, w)   # (the latter says it lacks)
+    if not isinstance(rates, list) or not all(isinstance(r, int) and not isinstance(r, bool) for r in rates):
+        raise UklError(f"{w}: rates must be a list of whole numbers of requests per second", "see apps/README.md")
     lat = Latency(_take(d, "op", str, w, "get"), _take(d, "conns", int, w, 4), _take(d, "requests", int, w, 4000),
-                  [int(r) for r in _take(d, "rates", list, w)])
+                  rates)
     _done(d, w)
     if protocol not in ("redis", "memcache"):
         raise UklError(f"{w}: latency against offered load needs fixed-size answers: protocol redis or memcache",
