@@ -22,17 +22,21 @@ unit: setup
 	.venv/bin/python -m pytest -v tests/unit
 
 # The application results in docs/: guest instructions per request (in-guest
-# load generator, -icount), the same under a distribution's mitigations with
-# modelled cycles, and wall-clock time under real host clients (a tap device
-# in a private network namespace: needs root), Redis under every profile.
+# load generator, -icount); memcached's latency against offered load on its
+# own (results-apps.md has it too); the same under a distribution's
+# mitigations with modelled cycles; and wall-clock time under real host
+# clients (a tap device in a private network namespace: needs root), the
+# servers under every profile.
 results-apps: setup
 	./ukl bench apps --configs linux,base,base+ret+byp,base+ret+byp+shortcut --icount \
 		--markdown docs/results-apps.md --json docs/results-apps.json --plot docs/results-apps.png
+	./ukl bench apps --only memcached --configs linux,base,base+ret+byp,base+ret+byp+shortcut --icount \
+		--markdown docs/results-apps-load.md --json docs/results-apps-load.json --plot docs/results-apps-load.png
 	./ukl bench apps --configs linux-mitigated,base-mitigated,base-mitigated+ret+byp,base-mitigated+ret+byp+shortcut \
 		--icount --model cycles --markdown docs/results-apps-mitigated.md --json docs/results-apps-mitigated.json \
 		--plot docs/results-apps-mitigated.png
 	./ukl bench apps --clients host --configs linux,base --repeat 3 \
 		--markdown docs/results-apps-wall.md --json docs/results-apps-wall.json --plot docs/results-apps-wall.png
-	./ukl bench apps --clients host --only redis,redis-explicit \
+	./ukl bench apps --clients host --only redis,redis-explicit,memcached,nginx \
 		--configs linux,base,base+ret+byp,base+ret+byp+shortcut --repeat 3 --markdown docs/results-apps-wall-profiles.md \
 		--json docs/results-apps-wall-profiles.json --plot docs/results-apps-wall-profiles.png
