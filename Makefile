@@ -37,6 +37,10 @@ results-apps: setup
 		--plot docs/results-apps-mitigated.png
 	./ukl bench apps --clients host --configs linux,base --repeat 3 \
 		--markdown docs/results-apps-wall.md --json docs/results-apps-wall.json --plot docs/results-apps-wall.png
-	./ukl bench apps --clients host --only redis,redis-explicit,memcached,nginx \
+	./ukl bench apps --clients host --only redis,redis-explicit \
 		--configs linux,base,base+ret+byp,base+ret+byp+shortcut --repeat 3 --markdown docs/results-apps-wall-profiles.md \
 		--json docs/results-apps-wall-profiles.json --plot docs/results-apps-wall-profiles.png
+	./ukl bench apps --clients host --only memcached,nginx \
+		--configs linux,base,base+ret+byp,base+ret+byp+shortcut --repeat 3 \
+		--markdown docs/results-apps-wall-profiles-servers.md --json docs/results-apps-wall-profiles-servers.json \
+		--plot docs/results-apps-wall-profiles-servers.png
