@@ -22,18 +22,21 @@
  *
  * `appload rate` is an open-loop load (redis and memcache): requests
  * arrive as a Poisson process of RATE requests per second of guest time
- * (under `-icount shift=0`: per 10^9 guest instructions; a fixed seed, so
- * runs repeat), round robin over CONNS connections, whether or not earlier
- * ones were answered. A request's latency runs from its scheduled arrival,
+ * (under `-icount shift=0,sleep=off` the guest's virtual time, where a
+ * busy nanosecond is one guest instruction and idle time passes at once),
+ * round robin over CONNS connections, whether or not earlier ones were
+ * answered. The arrivals are drawn from a fixed seed, so runs repeat;
+ * APPLOAD_SEED=N (environment) draws another sequence. A request's latency runs from its scheduled arrival,
  * not from when it was sent, so a client that falls behind adds its delay
  * to the latencies instead of hiding it (no coordinated omission). It
  * prints
  *
  *   APPRATE proto op requests conns rate offered achieved p50_ns p99_ns max_ns server_ns elapsed_ns
  *
- * offered is the rate the drawn arrivals make (it differs from RATE by
- * chance: a few percent for a few thousand requests), achieved the
- * requests answered per second over the load. At most MAX_INFLIGHT requests
+ * offered is the rate the drawn arrivals make: a seed draws the same
+ * sequence at every rate, scaled, so it is RATE times that sequence's
+ * constant (1.02 for the default seed and a few thousand requests).
+ * achieved is the requests answered per second over the load. At most MAX_INFLIGHT requests
  * are unanswered per connection; a request due beyond waits to be sent,
  * its latency running. It is not a plugin region. With ADDR (IPv4) and
  * COMM "-" it loads a server on another machine (the guest, from the host:
@@ -337,14 +340,17 @@ static size_t expected(char *out, size_t size, const char *op)
 
 /* The gap to the next Poisson arrival, in ns: an exponential variate from a
  * fixed-seed xorshift64* generator */
+static unsigned long long rng_state = 0x554b4c2d72617465ULL;
+
 static double next_gap(double mean_ns)
 {
-	static unsigned long long x = 0x554b4c2d72617465ULL;
+	unsigned long long x = rng_state;
 	double u;
 
 	x ^= x >> 12;
 	x ^= x << 25;
 	x ^= x >> 27;
+	rng_state = x;
 	u = ((x * 0x2545F4914F6CDD1DULL) >> 11) * 0x1.0p-53;	/* [0, 1) */
 	return -log(1.0 - u) * mean_ns;
 }
@@ -394,6 +400,15 @@ static int rate_load(char **argv)
 	    nconns <= 0 || nconns > 64 || !(rate >= 1 && rate <= 1e8) || port <= 0 || port > 65535) {
 		fprintf(stderr, "appload: bad arguments (rate: redis|memcache, [ADDR:]PORT, get|set, "
 			"requests 1..10^6, conns 1..64, rate 1..10^8 per second)\n");
+		return 2;
+	}
+	if (getenv("APPLOAD_SEED")) {	/* another sequence: the state must not be 0 */
+		rng_state ^= strtoull(getenv("APPLOAD_SEED"), NULL, 10) * 0x9E3779B97F4A7C15ULL;
+		if (!rng_state)
+			rng_state = 1;
+	}
+	if (colon && strcmp(argv[3], "-")) {
+		fprintf(stderr, "appload: a server at ADDR:PORT is not on this machine: give COMM as -\n");
 		return 2;
 	}
 	/* a sleep must end when asked: the default 50 us slack would delay arrivals */

@@ -38,6 +38,10 @@ def test_the_guest_runs_one_open_loop_load_per_rate_capped_by_requests():
                         f"{b.latency.rates[0]} || echo APPLOAD-FAILED")
     assert all(f" get memcached 300 {b.latency.conns} " in line for line in applatency.script_lines(b, 300))
     assert all(f" {b.latency.requests} " in line for line in applatency.script_lines(b, 10**6))
+    # each run of --repeat draws its own arrival sequence
+    assert all(line.startswith("APPLOAD_SEED=2 /bin/appload rate ") for line in applatency.script_lines(b, 10, 2))
+    assert "APPLOAD_SEED=1 /bin/appload rate" in appbench.script(recipes.load("memcached"), 100, 1)
+    assert "APPLOAD_SEED" not in appbench.script(recipes.load("memcached"), 100, 0)
     # the open-loop loads come after the closed-loop ones (the regions) and before the server stops
     sh = appbench.script(recipes.load("memcached"), 100).splitlines()
     rate_at = [i for i, line in enumerate(sh) if "/bin/appload rate " in line]
@@ -74,7 +78,7 @@ def test_rows_give_p50_p99_in_microseconds_and_the_p99_ratio():
     assert rows[0] == ["GET 10,000/s (4 conns)", "50.0 / 200.0", "45.0 / 180.0", "0.900"]
     assert rows[1] == ["GET 40,000/s (4 conns)", "2,000.0 / 8,000.0 * (30,000/s)", "1,000.0 / 4,000.0", "0.500"]
     md = "\n".join(applatency.markdown(lat, ["linux", "base"], "linux", True))
-    assert "### Latency against offered load" in md and "thousands of guest instructions" in md
+    assert "### Latency against offered load" in md and "a thousand guest instructions" in md
     assert "| GET 10,000/s (4 conns) | 50.0 / 200.0 | 45.0 / 180.0 | 0.900 |" in md
     assert applatency.markdown({"linux": []}, ["linux"], "linux", True) == []
 
@@ -111,6 +115,7 @@ def test_reports_keep_their_latencies_through_json_and_markdown(tmp_path):
     ('protocol = "redis"\nport = 1\ncomm = "x"\n[bench.latency]\nop = "get"\n', "lacks 'rates'"),
     ('protocol = "redis"\nport = 1\ncomm = "x"\n[bench.latency]\nrates = [5000.5]\n', "whole numbers"),
     ('protocol = "redis"\nport = 1\ncomm = "x"\n[bench.latency]\nrates = ["5k"]\n', "whole numbers"),
+    ('protocol = "redis"\nport = 1\ncomm = "x"\n[bench.latency]\nrates = [5]\nconns = true\n', "are numbers"),
 ])
 def test_recipe_latency_sections_are_checked(tmp_path, monkeypatch, section, message):
     monkeypatch.setattr(recipes, "APPS_DIR", tmp_path)

@@ -77,7 +77,8 @@ def test_latency_is_the_servers_delay_at_a_light_load():
     (p,) = applatency.parse(res.stdout)
     assert (p.op, p.requests, p.conns, p.rate) == ("get", 100, 2, 50)
     # 5 ms per answer, arrivals 20 ms apart on average: little queueing
-    assert 5_000_000 <= p.p50_ns < 15_000_000 and p.p50_ns <= p.p99_ns <= p.max_ns, p
+    # (the upper bound leaves room for a loaded machine)
+    assert 5_000_000 <= p.p50_ns < 100_000_000 and p.p50_ns <= p.p99_ns <= p.max_ns, p
     assert 0.7 * 50 < p.offered < 1.3 * 50 and not p.saturated, p
 
 
@@ -116,10 +117,20 @@ def test_a_wrong_answer_fails_the_load(answer, message):
     assert res.returncode == 1 and message in res.stderr and "APPRATE" not in res.stdout, res
 
 
+def test_a_seed_draws_another_arrival_sequence():
+    with fake_memcache(lambda line: GET_ANSWER) as port:
+        runs = [subprocess.run([str(appbench.loader()), "rate", "memcache", f"127.0.0.1:{port}", "get", "-", "200",
+                                "2", "100000"], capture_output=True, text=True, timeout=30,
+                               env={"APPLOAD_SEED": seed} if seed else {}) for seed in ("", "", "7")]
+    offered = [applatency.parse(r.stdout)[0].offered for r in runs]
+    assert offered[0] == offered[1] != offered[2], offered
+
+
 def test_bad_arguments_are_refused_with_usage():
     for args in (["rate", "http", "80", "get", "-", "10", "1", "5"], ["rate", "memcache", "1.2.3:80", "get", "-",
                                                                        "10", "1", "5"],
                  ["rate", "memcache", "80", "get", "-", "10", "65", "5"],
-                 ["rate", "memcache", "80", "get", "-", "10", "1", "0"]):
+                 ["rate", "memcache", "80", "get", "-", "10", "1", "0"],
+                 ["rate", "memcache", "127.0.0.1:80", "get", "memcached", "10", "1", "5"]):
         res = subprocess.run([str(appbench.loader()), *args], capture_output=True, text=True, timeout=10)
         assert res.returncode == 2 and "appload:" in res.stderr, (args, res)

@@ -114,7 +114,7 @@ def test_apptest_outcomes_round_trip(tmp_path):
 
 def test_appload_open_loop_line():
     [s] = clients.parse("appload", "APPRATE memcache get 3000 4 2000 2042 2041 68441 524418 5228163 0 1958673853\n")
-    assert s == clients.Sample("GET", 2041.0, 0.068441, 0.524418)
+    assert s == clients.Sample("GET", 2041.0, 0.068441, 0.524418, 2042.0)
     with pytest.raises(UklError, match="no APPRATE line"):
         clients.parse("appload", "appload: connect: Connection refused\n")
 
@@ -125,3 +125,26 @@ def test_a_netbench_appload_command_is_the_loader_built_on_the_host(monkeypatch,
     assert hostbench._expand(["appload", "rate", "memcache", "{host}:{port}", "get", "-", "10", "4", "100"], 11211) \
         == [str(tmp_path / "appload-x"), "rate", "memcache", f"{netns.GUEST_IP}:11211", "get", "-", "10", "4", "100"]
     assert hostbench._expand(["ab", "http://{host}:{port}/"], 80) == ["ab", f"http://{netns.GUEST_IP}:80/"]
+
+
+def test_open_loop_rows_compare_p99_and_stay_out_of_the_throughput_plot(tmp_path, monkeypatch):
+    from ukltool import hostbench
+    rep = hostbench.WallReport("memcached", "m", "x", ["linux", "base"], 1)
+    rep.results = {"linux": [hostbench.Result("get/set c=4", 4000, 0.4, 4.0),
+                             hostbench.Result("GET open 2,000/s", 2000, 0.5, 2.0, 2040)],
+                   "base": [hostbench.Result("get/set c=4", 5000, 0.3, 3.0),
+                            hostbench.Result("GET open 2,000/s", 2001, 0.6, 3.0, 2040)]}
+    rows = hostbench.rows(rep)
+    assert rows[0][:4] == ["get/set c=4", "4,000", "5,000", "1.25"]
+    assert rows[1][:4] == ["GET open 2,000/s", "2,000", "2,001", "p99 1.50"]
+    md = hostbench.markdown([rep], [])
+    assert "| GET open 2,000/s | 2,000 | 2,001 | p99 1.50 |" in md and "appload" in md
+    path = tmp_path / "w.json"
+    hostbench.save_json([rep], [], path)
+    (back,), _ = hostbench.load_json(path)
+    assert back.results == rep.results
+    from ukltool import appbench
+    seen: list[list[str]] = []
+    monkeypatch.setattr(appbench, "plot_ratios", lambda labels, *a, **k: seen.append(labels))
+    hostbench.plot([rep], [], tmp_path / "w.png")
+    assert seen == [["memcached get/set c=4"]]

@@ -60,6 +60,9 @@ def test_runtime_header_numbers_are_the_kernels():
     for call in ("READ", "WRITE", "RECV", "SEND"):
         assert runtime[f"UKL_NR_TCP_{call}"] == kernel[f"UKL_NR_{call}"], call
     assert runtime["UKL_REMOTE_FD_BASE"] == uapi["UKL_RFD_BASE"]
+    # the kernel's option bits are distinct single bits (runtime's are a subset, checked above)
+    bits = [v for k, v in kernel.items() if k.startswith("UKL_OPT_") and k != "UKL_OPTS_ALL"]
+    assert len(bits) >= 4 and all(b and not b & (b - 1) for b in bits) and len(set(bits)) == len(bits), bits
     # ukl_remote_enable() ... ukl_remote_irq() pass the kernel's operations
     ops = dict(re.findall(r"ukl_remote_(\w+)\(void\) \{ return \(int\)ukl_remote_\((\d+)\); \}", text))
     assert len(ops) == 7, ops

@@ -89,9 +89,10 @@ def loader() -> Path:
     return out
 
 
-def script(r: recipes.Recipe, requests: int | None) -> str:
+def script(r: recipes.Recipe, requests: int | None, run: int = 0) -> str:
     """The guest's shell script: start the server, load it with each
-    operation and load in turn, stop it; or time one run."""
+    operation and load in turn, stop it; or time one run. RUN chooses the
+    open-loop loads' arrival sequence."""
     b = r.bench
     assert b is not None
     if b.protocol == "run":
@@ -102,7 +103,7 @@ def script(r: recipes.Recipe, requests: int | None) -> str:
     for k, (op, conns, pipeline) in enumerate(loads):   # load K is the plugin's region K (appcycles)
         lines.append(f"APPLOAD_REGION={k} /bin/appload {b.protocol} {b.port} {op} {shlex.quote(b.comm)} {n} "
                      f"{conns} {pipeline} || echo APPLOAD-FAILED")
-    lines += applatency.script_lines(b, requests)
+    lines += applatency.script_lines(b, requests, seed=run)
     lines += ["kill $pid; wait $pid", "echo APPLOAD-DONE"]
     return "\n".join(lines) + "\n"
 
@@ -154,7 +155,7 @@ def run_app(name: str, configs: list[str], icount: bool, requests: int | None, t
             counts = out / "insnclass.json"
             counts.unlink(missing_ok=True)
             with tempfile.TemporaryDirectory(prefix="ukl-bench-") as td:
-                extra = initramfs.args_archive([], Path(td), script(r, requests))
+                extra = initramfs.args_archive([], Path(td), script(r, requests, i))
                 with ui.step(f"benchmarking {name} under '{config}' (run {i + 1} of {repeat})"):
                     res = vm.boot(vm.RunSpec(bzimage=out / "bzImage", initrds=[out / "initramfs.cpio", extra],
                                              log=out / "console.log", timeout=timeout, icount=icount, smp=1,

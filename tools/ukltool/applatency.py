@@ -3,9 +3,11 @@
 
 Requests arrive as a Poisson process at each offered rate, whether or not
 earlier ones were answered, and a latency runs from a request's scheduled
-arrival. Under `--icount` a nanosecond of guest time is one guest
-instruction, so a rate is requests per 10^9 guest instructions and the
-latencies are exact and repeat from run to run. Pure functions of the
+arrival. Under `--icount` (shift=0, sleep=off) guest time is virtual:
+a busy nanosecond is one guest instruction, and idle time passes at once
+to the next timer; rates are per second of that time, latencies are in
+it, and runs repeat exactly for one arrival sequence (`--repeat` draws
+another per run: APPLOAD_SEED). Pure functions of the
 console text and of the results, so that they are unit-tested."""
 
 from __future__ import annotations
@@ -45,14 +47,16 @@ class RatePoint:
         return self.achieved < 0.95 * self.offered
 
 
-def script_lines(b: recipes.Bench, requests: int | None) -> list[str]:
+def script_lines(b: recipes.Bench, requests: int | None, seed: int = 0) -> list[str]:
     """The guest's commands for the recipe's open-loop loads, one per rate
-    (after the closed-loop loads: they are not plugin regions)."""
+    (after the closed-loop loads: they are not plugin regions), with the
+    arrival sequence SEED (0: appload's own)."""
     lat = b.latency
     if lat is None:
         return []
     n = min(requests, lat.requests) if requests else lat.requests
-    return [f"/bin/appload rate {b.protocol} {b.port} {lat.op} {shlex.quote(b.comm)} {n} {lat.conns} {rate} "
+    env = f"APPLOAD_SEED={seed} " if seed else ""
+    return [f"{env}/bin/appload rate {b.protocol} {b.port} {lat.op} {shlex.quote(b.comm)} {n} {lat.conns} {rate} "
             "|| echo APPLOAD-FAILED" for rate in lat.rates]
 
 
@@ -129,18 +133,19 @@ def rows(latency: dict[str, list[RatePoint]], configs: list[str], baseline: str)
 def markdown(latency: dict[str, list[RatePoint]], configs: list[str], baseline: str, icount: bool) -> list[str]:
     if not any(latency.values()):
         return []
-    unit = "µs of guest time, that is thousands of guest instructions (`--icount`)" if icount else \
-        "µs of guest time (TCG wall clock: relative only)"
+    unit = "µs of guest time (`--icount`: a busy µs is a thousand guest instructions, idle time passes at " \
+        "once)" if icount else "µs of guest time (TCG wall clock: relative only)"
     head = heading(configs, baseline)
     out = ["### Latency against offered load", "",
-           "Open loop: requests arrive as a Poisson process at the offered rate (per second of guest time"
-           + ("; under `--icount` per 10^9 guest instructions" if icount else "")
-           + "), round robin over the connections, answered or not; a latency runs from the request's "
+           "Open loop: requests arrive as a Poisson process at the offered rate (per second of guest time), "
+           "round robin over the connections, answered or not; a latency runs from the request's "
            f"scheduled arrival, so a client that falls behind cannot hide it. Unit: {unit}. The client runs "
            "in the same guest on the same vCPU, so its own work is in the latencies and in the load the guest "
-           "can take, as for every in-guest load. `*`: the guest answered under 95% of the arrivals' rate (the "
-           "achieved rate follows); its queue grows for as long as the load lasts, so those latencies depend "
-           "on the number of requests.", "",
+           "can take, as for every in-guest load. One arrival sequence per run (the median of the runs with "
+           "`--repeat`, each its own sequence), so a p99 is one sample of the tail. `*`: the guest answered "
+           "under 95% of the arrivals' rate (the achieved rate follows); rows without it can be past the knee "
+           "too, with a queue that drains after the last arrival; past the knee latencies depend on the "
+           "number of requests.", "",
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     out += ["| " + " | ".join(r) + " |" for r in rows(latency, configs, baseline)]
     return out + [""]

@@ -21,6 +21,7 @@ class Sample:
     rps: float         # completed requests per second of wall time
     p50_ms: float
     p99_ms: float
+    offered: float = 0.0  # an open loop's arrival rate (appload); 0: a closed loop
 
 
 def _fail(tool: str, why: str) -> UklError:
@@ -117,10 +118,10 @@ def wrk(text: str) -> list[Sample]:
 def appload(text: str) -> list[Sample]:
     """`appload rate`'s APPRATE line: the rate answered, and p50/p99 from
     each request's scheduled arrival (ns)."""
-    m = re.search(r"^APPRATE \S+ (get|set) \d+ \d+ \d+ [\d.]+ ([\d.]+) (\d+) (\d+) ", text, re.M)
+    m = re.search(r"^APPRATE \S+ (get|set) \d+ \d+ \d+ ([\d.]+) ([\d.]+) (\d+) (\d+) ", text, re.M)
     if not m:
         raise _fail("appload", "no APPRATE line")
-    return [Sample(m[1].upper(), float(m[2]), int(m[3]) / 1e6, int(m[4]) / 1e6)]
+    return [Sample(m[1].upper(), float(m[3]), int(m[4]) / 1e6, int(m[5]) / 1e6, float(m[2]))]
 
 
 PARSERS = {"redis-benchmark": redis_benchmark, "memcaslap": memcaslap, "ab": ab, "wrk": wrk, "appload": appload}

@@ -35,6 +35,7 @@ class Result:
     rps: float
     p50_ms: float
     p99_ms: float
+    offered: float = 0.0  # an open loop's arrival rate (req/s answered follows it); 0: a closed loop
 
 
 @dataclass
@@ -75,7 +76,8 @@ def _client(ns: netns.Netns, load: recipes.NetLoad, port: int, log: Path) -> lis
         fh.write(f"$ {' '.join(cmd)}\n{res.stdout}{res.stderr}\n")
     if res.returncode != 0:
         raise UklError(f"{tool} ({load.name}) failed (exit {res.returncode})", f"see {log}")
-    return [Result(f"{s.op} {load.name}", s.rps, s.p50_ms, s.p99_ms) for s in clients.parse(tool, res.stdout)]
+    return [Result(f"{s.op} {load.name}", s.rps, s.p50_ms, s.p99_ms, s.offered)
+            for s in clients.parse(tool, res.stdout)]
 
 
 def one_boot(ns: netns.Netns, nb: recipes.NetBench, out: Path, log: Path, timeout: float) -> list[Result]:
@@ -152,7 +154,7 @@ def combine(runs: list[list[Result]]) -> tuple[list[Result], dict[str, float]]:
             raise UklError("the runs measured different loads", "run the benchmark again")
         rps = statistics.median(x.rps for x in same)
         merged.append(Result(first.label, rps, statistics.median(x.p50_ms for x in same),
-                             statistics.median(x.p99_ms for x in same)))
+                             statistics.median(x.p99_ms for x in same), statistics.median(x.offered for x in same)))
         spread[first.label] = (max(x.rps for x in same) - min(x.rps for x in same)) / rps if rps else 0.0
     return merged, spread
 
@@ -170,7 +172,9 @@ def rows(report: WallReport) -> list[list[str]]:
             row.append(f"{x.rps:,.0f}" + (f" (±{sp * 50:.0f}%)" if report.runs > 1 and sp is not None else "")
                        if x else "-")
             if c != baseline:
-                row.append(f"{x.rps / base.rps:.2f}" if x and base else "-")
+                # an open loop answers what arrives: its p99 is what differs
+                row.append("-" if not (x and base) else f"p99 {x.p99_ms / base.p99_ms:.2f}" if first.offered
+                           else f"{x.rps / base.rps:.2f}")
         for c in report.configs:
             x = by[c].get(first.label)
             row.append(f"{x.p50_ms:.2f} / {x.p99_ms:.2f}" if x else "-")
@@ -235,7 +239,10 @@ def markdown(reports: list[WallReport], runs_done: list[appbench.AppReport] | No
                 "network namespace, where QEMU and the clients run (no QEMU user-mode networking). The "
                 "clients are Debian's: redis-benchmark (redis-tools), memcaslap (libmemcached-tools' memaslap, "
                 "its default 9:1 get/set mix), ab (apache2-utils, a new connection per request) and wrk "
-                "(keep-alive), each on the recipe's [netbench] loads. Throughput and latency are wall-clock "
+                "(keep-alive), each on the recipe's [netbench] loads; and ours, appload (bench/appload.c), "
+                "for the `open R/s` loads: an open loop of Poisson arrivals at R requests per second, each "
+                "latency from the request's scheduled arrival, where req/s is what was answered and the ratio "
+                "column compares p99 instead (they are not in the plot). Throughput and latency are wall-clock "
                 f"figures, the median of {runs} runs with configurations interleaved (± is half the runs' "
                 "range of throughput); memcaslap's percentiles are interpolated in its log2 histogram. Applications "
                 "that run to completion (no clients) are timed inside the guest as a whole.", "",
@@ -277,6 +284,8 @@ def plot(reports: list[WallReport], runs_done: list[appbench.AppReport], path: P
     for rep in reports:
         by = {c: {x.label: x for x in rs} for c, rs in rep.results.items()}
         for x in rep.results[baseline]:
+            if x.offered:   # an open loop's throughput is its arrival rate
+                continue
             labels.append(f"{rep.app} {x.label}")
             for c in configs:
                 y = by.get(c, {}).get(x.label)

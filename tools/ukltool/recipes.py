@@ -142,6 +142,8 @@ def _latency(d: dict[str, Any], protocol: str, w: str) -> Latency:
         raise UklError(f"{w}: rates must be a list of whole numbers of requests per second", "see apps/README.md")
     lat = Latency(_take(d, "op", str, w, "get"), _take(d, "conns", int, w, 4), _take(d, "requests", int, w, 4000),
                   rates)
+    if isinstance(lat.conns, bool) or isinstance(lat.requests, bool):
+        raise UklError(f"{w}: conns and requests are numbers", "see apps/README.md")
     _done(d, w)
     if protocol not in ("redis", "memcache"):
         raise UklError(f"{w}: latency against offered load needs fixed-size answers: protocol redis or memcache",
