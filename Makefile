@@ -23,10 +23,10 @@ unit: setup
 
 # The application results in docs/: guest instructions per request (in-guest
 # load generator, -icount); memcached's latency against offered load on its
-# own (results-apps.md has it too); the same under a distribution's
-# mitigations with modelled cycles; and wall-clock time under real host
-# clients (a tap device in a private network namespace: needs root), the
-# servers under every profile.
+# own (results-apps.md carries it too when regenerated); the same under a
+# distribution's mitigations with modelled cycles; and wall-clock time under
+# real host clients (a tap device in a private network namespace: needs
+# root), the servers under every profile.
 results-apps: setup
 	./ukl bench apps --configs linux,base,base+ret+byp,base+ret+byp+shortcut --icount \
 		--markdown docs/results-apps.md --json docs/results-apps.json --plot docs/results-apps.png
