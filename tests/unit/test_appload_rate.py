@@ -61,17 +61,23 @@ def fake_memcache(answer: Callable[[bytes], bytes]) -> Iterator[int]:
         srv.close()
 
 
-def appload(port: int, requests: int, conns: int, rate: int, timeout: float = 60) -> subprocess.CompletedProcess:
+def appload(port: int, requests: int, conns: int, rate: int, timeout: float = 60,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([str(appbench.loader()), "rate", "memcache", f"127.0.0.1:{port}", "get", "-",
-                           str(requests), str(conns), str(rate)], capture_output=True, text=True, timeout=timeout)
+                           str(requests), str(conns), str(rate)], capture_output=True, text=True, timeout=timeout,
+                          env=env)
+
+
+def answer_after(seconds: float) -> Callable[[bytes], bytes]:
+    """A server thread that takes SECONDS per answer."""
+    def slow(line: bytes) -> bytes:
+        time.sleep(seconds)
+        return GET_ANSWER
+    return slow
 
 
 def test_latency_is_the_servers_delay_at_a_light_load():
-    def slow(line: bytes) -> bytes:
-        time.sleep(0.005)
-        return GET_ANSWER
-
-    with fake_memcache(slow) as port:
+    with fake_memcache(answer_after(0.005)) as port:
         res = appload(port, 100, 2, 50)
     assert res.returncode == 0, res.stderr
     (p,) = applatency.parse(res.stdout)
@@ -86,11 +92,7 @@ def test_a_late_server_is_charged_from_the_arrival_not_the_send():
     """Arrivals far faster than one server thread answers: the queue, and
     so the latency, grows with the load (open loop: no coordinated
     omission), and the run is marked as fallen behind."""
-    def slow(line: bytes) -> bytes:
-        time.sleep(0.002)
-        return GET_ANSWER
-
-    with fake_memcache(slow) as port:
+    with fake_memcache(answer_after(0.002)) as port:
         res = appload(port, 200, 1, 5000)
     assert res.returncode == 0, res.stderr
     (p,) = applatency.parse(res.stdout)
@@ -119,9 +121,7 @@ def test_a_wrong_answer_fails_the_load(answer, message):
 
 def test_a_seed_draws_another_arrival_sequence():
     with fake_memcache(lambda line: GET_ANSWER) as port:
-        runs = [subprocess.run([str(appbench.loader()), "rate", "memcache", f"127.0.0.1:{port}", "get", "-", "200",
-                                "2", "100000"], capture_output=True, text=True, timeout=30,
-                               env={"APPLOAD_SEED": seed} if seed else {}) for seed in ("", "", "7")]
+        runs = [appload(port, 200, 2, 100000, 30, {"APPLOAD_SEED": seed} if seed else {}) for seed in ("", "", "7")]
     offered = [applatency.parse(r.stdout)[0].offered for r in runs]
     assert offered[0] == offered[1] != offered[2], offered
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from ukltool import appcycles, applatency, bench, cyclemodel, image, initramfs, plugin, recipes, ui, vm
+from ukltool import appcycles, applatency, bench, columns, cyclemodel, image, initramfs, plugin, recipes, ui, vm
 from ukltool.errors import UklError
 from ukltool.paths import REPO, cache_dir
 from ukltool.proc import host_cc, run
@@ -220,12 +220,8 @@ def cells(report: AppReport, label: str, pts: dict[str, Point]) -> list[str]:
 
 def heading(report: AppReport) -> list[str]:
     what = "per request" if any(p.op != "run" for pts in report.results.values() for p in pts) else "per run"
-    head = ["load"]
-    for c in report.configs:
-        head.append(f"{c} ({what})")
-        if c != report.baseline:
-            head.append(f"{c} / {report.baseline}")
-    return head
+    return columns.config_columns("load", report.configs, report.baseline, lambda c: f"{c} ({what})",
+                                  lambda c: f"{c} / {report.baseline}")
 
 
 def table(report: AppReport) -> Table:

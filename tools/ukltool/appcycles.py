@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ukltool import cyclemodel
+from ukltool import columns, cyclemodel
 from ukltool.errors import UklError
 
 
@@ -112,12 +112,8 @@ def from_dict(data: dict[str, Any] | None) -> AppModel | None:
 # ---- reports ----
 
 def heading(model: AppModel, configs: list[str], baseline: str) -> list[str]:
-    head = ["load"]
-    for c in configs:
-        head.append(f"{c} modelled cycles (instructions)")
-        if c != baseline:
-            head.append(f"{c} / {baseline}")
-    return head
+    return columns.config_columns("load", configs, baseline, lambda c: f"{c} modelled cycles (instructions)",
+                                  lambda c: f"{c} / {baseline}")
 
 
 def cells(model: AppModel, label: str, configs: list[str], baseline: str) -> list[str]:

@@ -18,7 +18,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from ukltool import recipes
+from ukltool import columns, recipes
 from ukltool.errors import UklError
 
 
@@ -102,12 +102,8 @@ def _us(ns: int) -> str:
 
 
 def heading(configs: list[str], baseline: str) -> list[str]:
-    head = ["offered load"]
-    for c in configs:
-        head.append(f"{c} p50 / p99")
-        if c != baseline:
-            head.append(f"{c} p99 / {baseline}")
-    return head
+    return columns.config_columns("offered load", configs, baseline, lambda c: f"{c} p50 / p99",
+                                  lambda c: f"{c} p99 / {baseline}")
 
 
 def rows(latency: dict[str, list[RatePoint]], configs: list[str], baseline: str) -> list[list[str]]:

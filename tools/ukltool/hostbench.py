@@ -21,7 +21,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from ukltool import appbench, bench, clients, image, lock, logscan, netns, recipes, ui, vm
+from ukltool import appbench, bench, clients, columns, image, lock, logscan, netns, recipes, ui, vm
 from ukltool.errors import UklError
 from ukltool.paths import REPO, cache_dir
 from ukltool.proc import need_tool
@@ -183,13 +183,9 @@ def rows(report: WallReport) -> list[list[str]]:
 
 
 def heading(report: WallReport) -> list[str]:
-    head = ["load"]
-    for c in report.configs:
-        head.append(f"{c} req/s")
-        if c != report.configs[0]:
-            head.append(f"{c} / {report.configs[0]}")
-    head += [f"{c} p50 / p99 ms" for c in report.configs]
-    return head
+    baseline = report.configs[0]
+    return columns.config_columns("load", report.configs, baseline, lambda c: f"{c} req/s",
+                                  lambda c: f"{c} / {baseline}") + [f"{c} p50 / p99 ms" for c in report.configs]
 
 
 def table(report: WallReport) -> Table:
