@@ -26,6 +26,14 @@
  * what a typical iteration executes, without the rare timer interrupt that
  * the sums include).
  *
+ * Profile (profile=on, one vCPU): per region, how often each translation
+ * block ran while the region was open, with the addresses of the block's
+ * instructions, so the tool can say which functions the instructions were
+ * in (tools/ukltool/insnprofile.py). Blocks are counted whole when they
+ * start: the block holding a region's begin marker is not counted, the
+ * one holding its end marker is (both are the benchmark's own code), and a
+ * block cut short by an exception is counted whole.
+ *
  * At exit QEMU calls our atexit callback, which writes a JSON report to the
  * file given as out=PATH (through PATH.partial and a rename).
  */
@@ -301,6 +309,25 @@ static uint64_t unbalanced, restarted, unselected;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static char *out_path;
 
+/* profile=on: a translated block, and its executions per region (newest
+ * region first; a region that comes back gets a second entry, summed by
+ * the reader) */
+struct tb_slot {
+	struct tb_slot *next;
+	unsigned int region;
+	uint64_t execs;
+};
+
+struct tb_prof {
+	struct tb_prof *next;
+	struct tb_slot *slots;
+	size_t n;
+	uint64_t vaddr[];
+};
+
+static int profile;
+static struct tb_prof *profiled;	/* every translated block, under lock */
+
 static struct vcpu *vcpu(unsigned int index)
 {
 	return &vcpus[index < nvcpus ? index : nvcpus - 1];
@@ -322,6 +349,27 @@ static void on_tb(unsigned int index, void *n)
 static void on_classed(unsigned int index, void *cls)
 {
 	vcpu(index)->cls[(uintptr_t)cls]++;
+}
+
+/* profile=on (one vCPU, so no other thread touches the block's slots) */
+static void on_tb_profiled(unsigned int index, void *udata)
+{
+	struct tb_prof *p = udata;
+	struct vcpu *v = vcpu(index);
+	struct tb_slot *s;
+
+	if (v->region < 0)
+		return;
+	s = p->slots;
+	if (!s || s->region != (unsigned int)v->region) {
+		s = calloc(1, sizeof(*s));
+		if (!s)
+			return;
+		s->region = (unsigned int)v->region;
+		s->next = p->slots;
+		p->slots = s;
+	}
+	s->execs++;
 }
 
 static void add_iteration(unsigned int id, uint64_t insns, const uint64_t *cls)
@@ -426,6 +474,20 @@ static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 		qemu_plugin_register_vcpu_tb_exec_inline(tb, QEMU_PLUGIN_INLINE_ADD_U64, &inline_insns, n);
 	else
 		qemu_plugin_register_vcpu_tb_exec_cb(tb, on_tb, QEMU_PLUGIN_CB_NO_REGS, (void *)(uintptr_t)n);
+	if (profile) {
+		struct tb_prof *p = calloc(1, sizeof(*p) + n * sizeof(p->vaddr[0]));
+
+		if (p) {
+			p->n = n;
+			for (size_t i = 0; i < n; i++)
+				p->vaddr[i] = qemu_plugin_insn_vaddr(qemu_plugin_tb_get_insn(tb, i));
+			pthread_mutex_lock(&lock);
+			p->next = profiled;
+			profiled = p;
+			pthread_mutex_unlock(&lock);
+			qemu_plugin_register_vcpu_tb_exec_cb(tb, on_tb_profiled, QEMU_PLUGIN_CB_NO_REGS, p);
+		}
+	}
 	for (size_t i = 0; i < n; i++) {
 		struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
 		struct insn_kind k = insnclass_decode(qemu_plugin_insn_data(insn), qemu_plugin_insn_size(insn));
@@ -453,6 +515,23 @@ static void put_counts(FILE *f, const uint64_t *cls)
 			first = 0;
 		}
 	fputc('}', f);
+}
+
+/* "profile": [[region, executions, [instruction addresses]], ...] */
+static void put_profile(FILE *f)
+{
+	int first = 1;
+
+	fprintf(f, ",\n \"profile\": [");
+	for (struct tb_prof *p = profiled; p; p = p->next)
+		for (struct tb_slot *s = p->slots; s; s = s->next) {
+			fprintf(f, "%s\n  [%u, %llu, [", first ? "" : ",", s->region, (unsigned long long)s->execs);
+			for (size_t i = 0; i < p->n; i++)
+				fprintf(f, "%s%llu", i ? ", " : "", (unsigned long long)p->vaddr[i]);
+			fprintf(f, "]]");
+			first = 0;
+		}
+	fprintf(f, "%s]", first ? "" : "\n ");
 }
 
 static void write_report(qemu_plugin_id_t id, void *udata)
@@ -530,7 +609,10 @@ static void write_report(qemu_plugin_id_t id, void *udata)
 		fprintf(f, ", \"distinct\": %d, \"unmoded\": %llu}", g->nmodes, (unsigned long long)g->unmoded);
 		first = 0;
 	}
-	fprintf(f, "%s]}\n", first ? "" : "\n ");
+	fprintf(f, "%s]", first ? "" : "\n ");
+	if (profile)
+		put_profile(f);
+	fprintf(f, "}\n");
 	if (fclose(f) != 0 || rename(tmp, out_path) != 0)
 		fprintf(stderr, "insnclass: cannot write %s: %s\n", out_path, strerror(errno));
 	free(tmp);
@@ -548,8 +630,11 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
 			inline_arg = 1;
 		else if (!strcmp(argv[i], "inline=off"))
 			inline_arg = 0;
+		else if (!strcmp(argv[i], "profile=on"))
+			profile = 1;
 		else {
-			fprintf(stderr, "insnclass: unknown argument '%s' (out=PATH, inline=on|off)\n", argv[i]);
+			fprintf(stderr, "insnclass: unknown argument '%s' (out=PATH, inline=on|off, profile=on)\n",
+				argv[i]);
 			return -1;
 		}
 	}
@@ -563,6 +648,10 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
 	}
 	/* user mode has a vCPU per guest thread, system emulation max_vcpus */
 	nvcpus = info->system_emulation && info->system.max_vcpus > 0 ? (unsigned int)info->system.max_vcpus : 64;
+	if (profile && nvcpus != 1) {
+		fprintf(stderr, "insnclass: profile=on needs one vCPU (-smp 1), not %u\n", nvcpus);
+		return -1;
+	}
 	vcpus = calloc(nvcpus, sizeof(*vcpus));
 	if (!vcpus)
 		return -1;

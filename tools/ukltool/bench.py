@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from ukltool import cyclemodel, image, initramfs, kernel, plugin, ui, vm
+from ukltool import cyclemodel, image, initramfs, insnprofile, kernel, plugin, ui, vm
 from ukltool.errors import UklError
 from ukltool.paths import REPO, cache_dir
 
@@ -48,6 +48,9 @@ class Report:
     kernels: dict[str, str] = field(default_factory=dict)
     results: dict[str, list[Point]] = field(default_factory=dict)
     model: cyclemodel.Model | None = None  # --model cycles: classed instructions per point
+    # --profile: the points profiled, and per configuration their instructions by function
+    profiled: list[tuple[str, int]] = field(default_factory=list)
+    profiles: dict[str, list[insnprofile.OpProfile]] = field(default_factory=dict)
 
 
 ICOUNT_NOTE = " with `-icount shift=0,sleep=off`, so one unit is one guest instruction and runs repeat exactly"
@@ -105,9 +108,41 @@ def cpu_mismatch(configs: list[str]) -> str | None:
             f"name a baseline on the same CPU first in --configs (e.g. linux-mitigated)")
 
 
-def run(configs: list[str], icount: bool, quick: bool, timeout: float, model_cpu: str | None = None) -> Report:
+def profile_points(spec: str) -> list[tuple[str, int]]:
+    """--profile's points (OP or OP:BYTES), checked against lebench's."""
+    ops = list(dict.fromkeys([op for op, _ in SMALL_OPS] + SIZED_OPS))
+    return insnprofile.parse_points(spec, ops)
+
+
+def profile_config(counts: Path, console: str, vmlinux: Path, points: list[tuple[str, int]],
+                   config: str) -> list[insnprofile.OpProfile]:
+    """The profiled points of one configuration's run: its plugin report
+    COUNTS, its REGION lines and its kernel's symbols."""
+    text = counts.read_text()
+    report = cyclemodel.parse_report(text, str(counts))
+    entries = insnprofile.read_profile(text, str(counts))
+    symbols = insnprofile.load_symbols(vmlinux)
+    regions = {(op, size): (rid, n) for rid, (op, size, n) in cyclemodel.parse_regions(console).items()}
+    out = []
+    for op, size in points:
+        if (op, size) not in regions:
+            have = sorted({f"{o}:{s}" if s else o for o, s in regions})
+            raise UklError(f"'{config}' ran no point {op}{f':{size}' if size else ''} to profile",
+                           "profile one of: " + ", ".join(have))
+        rid, n = regions[(op, size)]
+        seen = report.regions.get(rid)
+        if seen is None or seen.iterations != n:
+            raise UklError(f"{config}: the plugin saw {seen.iterations if seen else 0} iterations of {op} {size}, "
+                           f"the benchmark ran {n}", "were the markers (bench/region.h) executed?")
+        out.append(insnprofile.OpProfile(op, size, n, insnprofile.per_function(entries, rid, n, symbols.name)))
+    return out
+
+
+def run(configs: list[str], icount: bool, quick: bool, timeout: float, model_cpu: str | None = None,
+        profile: list[tuple[str, int]] | None = None) -> Report:
     """MODEL_CPU: also count classed instructions with our QEMU plugin and
-    model cycles with bench/costs/MODEL_CPU.toml (needs --icount)."""
+    model cycles with bench/costs/MODEL_CPU.toml (needs --icount). PROFILE:
+    these points' instructions by function (insnprofile; needs --icount)."""
     configs = baseline(configs)
     warning = cpu_mismatch(configs)
     if warning:
@@ -119,7 +154,11 @@ def run(configs: list[str], icount: bool, quick: bool, timeout: float, model_cpu
         if not icount:
             raise UklError("--model cycles needs --icount", "the model adds to guest instruction counts")
         report.model = cyclemodel.new_model(cyclemodel.load_table(model_cpu))
-    so = plugin.build() if report.model else None
+    if profile:
+        if not icount:
+            raise UklError("--profile needs --icount", "the profile counts guest instructions")
+        report.profiled = profile
+    so = plugin.build() if report.model or profile else None
     for config in configs:
         out = cache_dir() / "bench" / config
         man = image.build(image.BuildSpec([SOURCE], config, out, "lebench", freestanding=True))
@@ -132,17 +171,21 @@ def run(configs: list[str], icount: bool, quick: bool, timeout: float, model_cpu
                 res = vm.boot(vm.RunSpec(bzimage=out / "bzImage", initrds=[out / "initramfs.cpio", args],
                                          log=out / "console.log", timeout=timeout, icount=icount, smp=1,
                                          append=["norandmaps"],
-                                         show=False, plugins=[plugin.option(so, counts)] if so else []))
+                                         show=False,
+                                         plugins=[plugin.option(so, counts, bool(profile))] if so else []))
         if res.code != 0:
             raise UklError(f"the benchmark failed under '{config}' (status {res.code})",
                            f"see {out / 'console.log'}")
         report.accel = res.accel
         report.cpus[config] = kernel.image_tcg_cpu(out) if res.accel == "tcg" else "host"
         report.results[config] = parse((out / "console.log").read_text(errors="replace"))
+        if so and not counts.is_file():
+            raise UklError(f"the QEMU plugin wrote no report under '{config}' ({counts})",
+                           f"see {out / 'console.log'}")
+        if profile:
+            report.profiles[config] = profile_config(counts, (out / "console.log").read_text(errors="replace"),
+                                                     man.vmlinux_path(), profile, config)
         if report.model:
-            if not counts.is_file():
-                raise UklError(f"the QEMU plugin wrote no report under '{config}' ({counts})",
-                               f"see {out / 'console.log'}")
             report.model.results[config] = cyclemodel.op_counts(
                 cyclemodel.parse_report(counts.read_text(), str(counts)),
                 cyclemodel.parse_regions((out / "console.log").read_text(errors="replace")), config)
@@ -177,6 +220,22 @@ def table(report: Report) -> Table:
     for row in rows(report):
         t.add_row(*cells(report, *row))
     return t
+
+
+def profile_tables(report: Report) -> list[Table]:
+    """--profile: per point, guest instructions per iteration by function."""
+    out = []
+    for op, size in report.profiled:
+        per = {c: p for c in report.configs for p in report.profiles.get(c, []) if (p.op, p.size) == (op, size)}
+        present = [c for c in report.configs if c in per]
+        t = Table(title=f"{op}{f' {size} B' if size else ''}: guest instructions per iteration, by function")
+        t.add_column("function")
+        for c in present:
+            t.add_column(c, justify="right")
+        for fn, vals in insnprofile.rows(per, present):
+            t.add_row(fn, *(insnprofile.number(v) for v in vals))
+        out.append(t)
+    return out
 
 
 def markdown(report: Report, plot: Path | None) -> str:
@@ -222,6 +281,11 @@ def markdown(report: Report, plot: Path | None) -> str:
         out[i:i] = [cyclemodel.markdown_note(report.model), ""]
     if plot:
         out += [f"![latency against size and small calls]({plot.name})", ""]
+    if report.profiled:
+        spec = ",".join(f"{op}:{size}" if size else op for op, size in report.profiled)
+        out += [insnprofile.markdown(report.profiled, report.profiles, report.configs,
+                                     f"./ukl bench syscalls --configs {','.join(report.configs)} --icount "
+                                     f"--profile {spec}"), ""]
     return "\n".join(out)
 
 
@@ -338,6 +402,8 @@ def load_json(path: Path) -> Report:
         data = json.loads(path.read_text())
         data["results"] = {c: [Point(**p) for p in pts] for c, pts in data["results"].items()}
         data["model"] = cyclemodel.model_from_dict(data["model"]) if data.get("model") else None
+        data["profiled"] = [(str(op), int(size)) for op, size in data.get("profiled", [])]
+        data["profiles"] = {c: [insnprofile.OpProfile(**p) for p in ps] for c, ps in data.get("profiles", {}).items()}
         report = Report(**data)
         if report.baseline not in report.results:
             raise ValueError(f"its baseline '{report.baseline}' has no results")

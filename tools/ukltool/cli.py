@@ -260,6 +260,9 @@ def parser() -> argparse.ArgumentParser:
                     help="deterministic: the unit is guest instructions (-icount shift=0,sleep=off)")
     sc.add_argument("--quick", action="store_true", help="1,000 iterations and 3 sizes (for tests)")
     _model_arguments(sc, "the instructions")
+    sc.add_argument("--profile", metavar="OP[:BYTES],...",
+                    help="with --icount: also show where these points' instructions go, by kernel function "
+                    "(e.g. getppid,read:1), counted by our QEMU plugin")
     sc.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
     sc.add_argument("--plot", type=Path, metavar="FILE.png", help="draw latency plots")
     sc.add_argument("--markdown", type=Path, metavar="FILE.md", help="write the report as Markdown")
@@ -480,13 +483,19 @@ def _configs(text: str) -> list[str]:
 def cmd_bench(a: argparse.Namespace) -> int:
     configs = _configs(a.configs)
     model_cpu = cyclemodel.cpu_choice(a.model, a.cpu)
+    points = bench.profile_points(a.profile) if a.profile else None
+    if points and a.from_json:
+        raise UklError("--profile runs the benchmark; it does not apply to --from-json",
+                       "the profiles saved in the file are shown anyway")
     report = bench.load_json(a.from_json) if a.from_json else bench.run(configs, a.icount, a.quick, a.timeout,
-                                                                         model_cpu)
+                                                                         model_cpu, points)
     if a.from_json and model_cpu:
         report.model = cyclemodel.remodel(report.model, model_cpu)
     ui.err.print(f"machine: {report.machine}; accelerator: {report.accel}; kernels: "
                  + ", ".join(f"{c} {k}" for c, k in report.kernels.items()), markup=False)
     ui.report_console().print(bench.table(report))
+    for t in bench.profile_tables(report):
+        ui.report_console().print(t)
     if a.json:
         bench.save_json(report, a.json)
     if a.plot:
@@ -526,6 +535,24 @@ def _bench_apps(a: argparse.Namespace, every: list[str]) -> list[str]:
     return names
 
 
+def _each_app(names: list[str], run: Callable[[str], None], save: Callable[[], None], path: Path | None) -> None:
+    """Benchmark NAMES one after the other, saving (--json PATH) after
+    each, so that an application that fails does not lose the finished
+    ones' results."""
+    done: list[str] = []
+    for name in names:
+        try:
+            run(name)
+        except UklError as e:
+            if path and done:
+                raise UklError(e.message, (f"{e.hint}; " if e.hint else "")
+                               + f"the results of {', '.join(done)} are saved in {path} (show them with "
+                               "--from-json)", e.code) from None
+            raise
+        done.append(name)
+        save()
+
+
 def cmd_bench_app(a: argparse.Namespace) -> int:
     configs = _configs(a.configs)
     if a.clients == "host":
@@ -542,8 +569,10 @@ def cmd_bench_app(a: argparse.Namespace) -> int:
                 rep.model = appcycles.remodel(rep.model, model_cpu)
     else:
         chosen = _bench_apps(a, appbench.names())
-        reports = [appbench.run_app(n, configs, a.icount, a.requests, a.timeout, a.repeat, model_cpu)
-                   for n in chosen]
+        reports = []
+        _each_app(chosen, lambda n: reports.append(appbench.run_app(n, configs, a.icount, a.requests, a.timeout,
+                                                                    a.repeat, model_cpu)),
+                  lambda: appbench.save_json(reports, a.json) if a.json else None, a.json)
     only = ",".join(chosen) if a.only else None
     for rep in reports:
         ui.report_console().print(appbench.table(rep))
@@ -578,10 +607,17 @@ def _bench_app_host(a: argparse.Namespace, configs: list[str]) -> int:
             raise UklError(f"apps/{a.app}/recipe.toml has no [netbench] section",
                            "host-client benchmarks: " + ", ".join(hostbench.names()))
         todo = _bench_apps(a, [*hostbench.names(), *hostbench.run_to_completion()])
-        reports = [hostbench.run_app(n, configs, a.repeat, a.timeout) for n in todo if n in hostbench.names()]
-        # `apps`: the runs to completion too, timed in the guest without -icount
-        runs_done = [appbench.run_app(n, configs, False, None, a.timeout, a.repeat)
-                     for n in todo if n in hostbench.run_to_completion() and a.app == "apps"]
+        reports, runs_done = [], []
+
+        def one(name: str) -> None:
+            if name in hostbench.names():
+                reports.append(hostbench.run_app(name, configs, a.repeat, a.timeout))
+            elif name in hostbench.run_to_completion() and a.app == "apps":
+                # `apps`: the runs to completion too, timed in the guest without -icount
+                runs_done.append(appbench.run_app(name, configs, False, None, a.timeout, a.repeat))
+
+        _each_app(todo, one, lambda: hostbench.save_json(reports, runs_done, a.json) if a.json else None,
+                  a.json)
     for rep in reports:
         ui.report_console().print(hostbench.table(rep))
     for run in runs_done:

@@ -27,9 +27,10 @@ def build(decoder_only: bool = False) -> Path:
                              "fix the source, or install the host compiler (`apt-get install gcc`)")
 
 
-def option(so: Path, report: Path) -> str:
+def option(so: Path, report: Path, profile: bool = False) -> str:
     """The -plugin argument for QEMU (vm.RunSpec.plugins): insnclass writing
-    its report to REPORT (a comma in a QEMU option value is written twice)."""
+    its report to REPORT (a comma in a QEMU option value is written twice);
+    PROFILE: with each region's executed blocks (insnprofile)."""
     def esc(p: Path) -> str:
         return str(p).replace(",", ",,")
-    return f"file={esc(so)},out={esc(report)}"
+    return f"file={esc(so)},out={esc(report)}" + (",profile=on" if profile else "")
