@@ -165,3 +165,26 @@ def test_bench_profile_config_checks_the_regions(tmp_path: Path, monkeypatch):
         bench.profile_config(counts, console, tmp_path / "vmlinux", [("read", 1)], "linux")
     with pytest.raises(UklError, match="saw 2 iterations"):
         bench.profile_config(counts, "REGION 0 getppid 0 3\n", tmp_path / "vmlinux", [("getppid", 0)], "linux")
+
+
+def test_application_loads_are_profiled_per_request(tmp_path: Path, monkeypatch):
+    from ukltool import appbench
+
+    counts = tmp_path / "insnclass.json"
+    counts.write_text(json.dumps({"profile": [[0, 4000, [K, K + 1]], [1, 100, [K]], [1, 300, [0x401000]]]}))
+    monkeypatch.setattr(insnprofile, "load_symbols", lambda path: insnprofile.Symbols([(K, "tcp_sendmsg")]))
+    loads = [appbench.Point("get", 30, 16, 1000, 5, 6), appbench.Point("set", 30, 16, 100, 5, 6)]
+    got = appbench.load_profiles(counts, loads, tmp_path / "vmlinux")
+    assert [(p.op, p.iterations, p.functions) for p in got] == [
+        (loads[0].label, 1000, {"tcp_sendmsg": 8.0}),
+        (loads[1].label, 100, {insnprofile.USER: 3.0, "tcp_sendmsg": 1.0})]
+    rep = appbench.AppReport("redis", "Redis", True, "tcg", "m", ["linux"],
+                             results={"linux": loads}, profiles={"linux": got})
+    path = tmp_path / "apps.json"
+    appbench.save_json([rep], path)
+    back = appbench.load_json(path)[0]
+    assert back.profiles == rep.profiles
+    md = appbench.markdown([back])
+    assert "### Where the instructions go" in md and f"#### {loads[1].label}\n" in md
+    assert "divided by its requests" in md
+    assert len(appbench.profile_tables(back)) == 2

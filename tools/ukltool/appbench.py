@@ -23,7 +23,20 @@ from pathlib import Path
 
 from rich.table import Table
 
-from ukltool import appcycles, applatency, bench, columns, cyclemodel, image, initramfs, plugin, recipes, ui, vm
+from ukltool import (
+    appcycles,
+    applatency,
+    bench,
+    columns,
+    cyclemodel,
+    image,
+    initramfs,
+    insnprofile,
+    plugin,
+    recipes,
+    ui,
+    vm,
+)
 from ukltool.errors import UklError
 from ukltool.paths import REPO, cache_dir
 from ukltool.proc import host_cc, run
@@ -67,6 +80,8 @@ class AppReport:
     baseline: str = BASELINE  # what the others are compared with (bench.baseline())
     model: appcycles.AppModel | None = None  # --model cycles: classed instructions per load
     latency: dict[str, list[applatency.RatePoint]] = field(default_factory=dict)  # open-loop loads
+    # --profile: per configuration, each load's guest instructions per request by function
+    profiles: dict[str, list[insnprofile.OpProfile]] = field(default_factory=dict)
 
     @property
     def unit(self) -> str:
@@ -120,13 +135,24 @@ def parse(text: str) -> list[Point]:
     return pts
 
 
+def load_profiles(counts: Path, loads: list[Point], vmlinux: Path) -> list[insnprofile.OpProfile]:
+    """Each load's region (load K is region K): the whole guest's
+    instructions per request, by function."""
+    entries = insnprofile.read_profile(counts.read_text(), str(counts))
+    symbols = insnprofile.load_symbols(vmlinux)
+    return [insnprofile.OpProfile(p.label, 0, p.requests, insnprofile.per_function(entries, k, p.requests,
+                                                                                   symbols.name))
+            for k, p in enumerate(loads)]
+
+
 def run_app(name: str, configs: list[str], icount: bool, requests: int | None, timeout: float,
-            repeat: int = 1, model_cpu: str | None = None) -> AppReport:
+            repeat: int = 1, model_cpu: str | None = None, profile: bool = False) -> AppReport:
     """Build the recipe's image for each configuration, then boot them in
     turn REPEAT times (interleaved: linux, base, linux, base, ...). With
     MODEL_CPU, also count the guest's classed instructions during each load
     (our QEMU plugin, in the first run: under --icount runs repeat exactly) and model
-    cycles with bench/costs/MODEL_CPU.toml."""
+    cycles with bench/costs/MODEL_CPU.toml. PROFILE: also each load's
+    instructions by function (insnprofile), in the first run."""
     r = recipes.load(name)
     if r.bench is None:
         raise UklError(f"apps/{name}/recipe.toml has no [bench] section", "benchmarks: " + ", ".join(names()))
@@ -139,14 +165,18 @@ def run_app(name: str, configs: list[str], icount: bool, requests: int | None, t
         if not icount:
             raise UklError("--model cycles needs --icount", "the model adds to guest instruction counts")
         report.model = appcycles.new_model(cyclemodel.load_table(model_cpu))
-    so = plugin.build() if report.model else None
+    if profile and not icount:
+        raise UklError("--profile needs --icount", "the profile counts guest instructions")
+    so = plugin.build() if report.model or profile else None
     appload = loader()
     outs = {}
+    vmlinux = {}
     for config in configs:
         out = cache_dir() / "bench" / "apps" / f"{name}-{config}"
         man = image.build(recipes.image_spec(r, config, out, [(appload, "/bin/appload")]))
         report.kernels[config] = man.kernel_release
         outs[config] = out
+        vmlinux[config] = man.vmlinux_path()
     runs: dict[str, list[list[Point]]] = {c: [] for c in configs}
     latency_runs: dict[str, list[list[applatency.RatePoint]]] = {c: [] for c in configs}
     for i in range(repeat):
@@ -160,7 +190,8 @@ def run_app(name: str, configs: list[str], icount: bool, requests: int | None, t
                     res = vm.boot(vm.RunSpec(bzimage=out / "bzImage", initrds=[out / "initramfs.cpio", extra],
                                              log=out / "console.log", timeout=timeout, icount=icount, smp=1,
                                              append=["norandmaps"], show=False,
-                                             plugins=[plugin.option(so, counts)] if so and i == 0 else []))
+                                             plugins=[plugin.option(so, counts, profile)] if so and i == 0
+                                             else []))
             if res.code != 0 or res.failures:
                 raise UklError(f"the {name} benchmark failed under '{config}' (status {res.code})",
                                f"see {out / 'console.log'}")
@@ -170,10 +201,12 @@ def run_app(name: str, configs: list[str], icount: bool, requests: int | None, t
             latency_runs[config].append(applatency.parse(text))
             applatency.check(latency_runs[config][-1], r.bench, f"the {name} benchmark under '{config}'",
                              out / "console.log")
+            if so and i == 0 and not counts.is_file():
+                raise UklError(f"the QEMU plugin wrote no report under '{config}' ({counts})",
+                               "see the console log; is the plugin loadable by this QEMU?")
+            if profile and i == 0:
+                report.profiles[config] = load_profiles(counts, runs[config][0], vmlinux[config])
             if report.model and i == 0:
-                if not counts.is_file():
-                    raise UklError(f"the QEMU plugin wrote no report under '{config}' ({counts})",
-                                   "see the console log; is the plugin loadable by this QEMU?")
                 report.model.results[config] = appcycles.load_counts(
                     cyclemodel.parse_report(counts.read_text(), str(counts)), runs[config][0],
                     f"the {name} benchmark under '{config}'")
@@ -231,6 +264,13 @@ def table(report: AppReport) -> Table:
     for label, pts in rows(report):
         t.add_row(*cells(report, label, pts))
     return t
+
+
+def profile_tables(report: AppReport) -> list[Table]:
+    """--profile: per load, the guest's instructions per request by function."""
+    return [insnprofile.table(report.profiles, report.configs, (label, 0),
+                              f"{report.app} {label}: guest instructions per request (client included), by function")
+            for label, _ in rows(report) if report.profiles]
 
 
 def latency_table(report: AppReport) -> Table | None:
@@ -293,6 +333,11 @@ def markdown(reports: list[AppReport], plot_file: Path | None = None, md_file: P
         if rep.model:
             out += appcycles.markdown(rep.model, rep.configs, rep.baseline, [label for label, _ in rows(rep)])
         out += applatency.markdown(rep.latency, rep.configs, rep.baseline, rep.icount)
+        if rep.profiles:
+            labels = [label for label, _ in rows(rep)]
+            out += [insnprofile.markdown([(label, 0) for label in labels], rep.profiles, rep.configs,
+                                         f"./ukl bench {rep.app} --configs {','.join(rep.configs)} --icount --profile",
+                                         per="request", heading="###"), ""]
     out += [NOTES, ""]
     if model:
         out += [appcycles.note(model), ""]
@@ -363,6 +408,7 @@ def load_json(path: Path) -> list[AppReport]:
                             for c, pts in d["results"].items()}
             d["latency"] = {c: [applatency.RatePoint(**p) for p in pts] for c, pts in d.get("latency", {}).items()}
             d["model"] = appcycles.from_dict(d.get("model"))
+            d["profiles"] = {c: [insnprofile.OpProfile(**p) for p in ps] for c, ps in d.get("profiles", {}).items()}
             reports.append(AppReport(**d))
         return reports
     except (OSError, ValueError, TypeError, KeyError) as e:

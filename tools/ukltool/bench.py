@@ -224,18 +224,9 @@ def table(report: Report) -> Table:
 
 def profile_tables(report: Report) -> list[Table]:
     """--profile: per point, guest instructions per iteration by function."""
-    out = []
-    for op, size in report.profiled:
-        per = {c: p for c in report.configs for p in report.profiles.get(c, []) if (p.op, p.size) == (op, size)}
-        present = [c for c in report.configs if c in per]
-        t = Table(title=f"{op}{f' {size} B' if size else ''}: guest instructions per iteration, by function")
-        t.add_column("function")
-        for c in present:
-            t.add_column(c, justify="right")
-        for fn, vals in insnprofile.rows(per, present):
-            t.add_row(fn, *(insnprofile.number(v) for v in vals))
-        out.append(t)
-    return out
+    return [insnprofile.table(report.profiles, report.configs, (op, size),
+                              f"{op}{f' {size} B' if size else ''}: guest instructions per iteration, by function")
+            for op, size in report.profiled]
 
 
 def markdown(report: Report, plot: Path | None) -> str:

@@ -309,6 +309,9 @@ def parser() -> argparse.ArgumentParser:
         ap.add_argument("--plot", type=Path, metavar="FILE.png",
                         help="draw each load relative to the baseline (the first configuration without UKL)")
         _model_arguments(ap, "the guest's instructions during each load")
+        ap.add_argument("--profile", action="store_true",
+                        help="with --icount: also show where each load's instructions go, by kernel function "
+                        "(and the application's, under UKL profiles), counted by our QEMU plugin")
         ap.add_argument("--from-json", type=Path, metavar="FILE",
                         help="do not run: report the results saved in FILE (by --json)")
         ap.add_argument("--timeout", type=_positive, default=1800.0, metavar="S", help="per boot (default 1800)")
@@ -571,7 +574,7 @@ def cmd_bench_app(a: argparse.Namespace) -> int:
         chosen = _bench_apps(a, appbench.names())
         reports = []
         _each_app(chosen, lambda n: reports.append(appbench.run_app(n, configs, a.icount, a.requests, a.timeout,
-                                                                    a.repeat, model_cpu)),
+                                                                    a.repeat, model_cpu, a.profile)),
                   lambda: appbench.save_json(reports, a.json) if a.json else None, a.json)
     only = ",".join(chosen) if a.only else None
     for rep in reports:
@@ -582,6 +585,8 @@ def cmd_bench_app(a: argparse.Namespace) -> int:
         mt = appbench.model_table(rep)
         if mt:
             ui.report_console().print(mt)
+        for t in appbench.profile_tables(rep):
+            ui.report_console().print(t)
     if a.json:
         appbench.save_json(reports, a.json)
     if a.plot:
@@ -592,7 +597,8 @@ def cmd_bench_app(a: argparse.Namespace) -> int:
 
 
 def _bench_app_host(a: argparse.Namespace, configs: list[str]) -> int:
-    for opt, given in (("--icount", a.icount), ("--requests", a.requests), ("--model", a.model), ("--cpu", a.cpu)):
+    for opt, given in (("--icount", a.icount), ("--requests", a.requests), ("--model", a.model), ("--cpu", a.cpu),
+                       ("--profile", a.profile)):
         if given:
             raise UklError(f"{opt} does not apply to --clients host",
                            "host clients measure wall-clock time with the recipe's [netbench] loads")

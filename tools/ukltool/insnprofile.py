@@ -25,6 +25,7 @@ from pathlib import Path
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
+from rich.table import Table
 
 from ukltool.errors import UklError
 
@@ -193,25 +194,50 @@ def number(v: float) -> str:
     return f"{v:.0f}" if abs(v - round(v)) < 0.005 else f"{v:.2f}"
 
 
+def point_profiles(profiles: dict[str, list[OpProfile]], configs: Sequence[str],
+                   point: tuple[str, int]) -> dict[str, OpProfile]:
+    """One point's profile in each configuration that has it."""
+    return {c: p for c in configs for p in profiles.get(c, []) if (p.op, p.size) == point}
+
+
+def table(profiles: dict[str, list[OpProfile]], configs: Sequence[str], point: tuple[str, int],
+          title: str) -> Table:
+    """One point's functions against the configurations, for the terminal."""
+    per = point_profiles(profiles, configs, point)
+    present = [c for c in configs if c in per]
+    t = Table(title=title)
+    t.add_column("function")
+    for c in present:
+        t.add_column(c, justify="right")
+    for fn, vals in rows(per, present):
+        t.add_row(fn, *(number(v) for v in vals))
+    return t
+
+
 def markdown(points: Sequence[tuple[str, int]], profiles: dict[str, list[OpProfile]], configs: Sequence[str],
-             command: str) -> str:
-    """A section per point: functions against configurations."""
-    out = ["## Where the instructions go", "",
-           f"Measured with `{command}`: our QEMU plugin counts, for every measured iteration, the "
-           "instructions of each translated block it executed, and vmlinux's symbol table names the "
-           "function each instruction is in (a label inside an assembly routine names the code after it). "
-           "Values are guest instructions per iteration, the mean over all iterations: a fraction is work "
-           "that only some iterations do (a timer interrupt, `byp`'s full path every 64th call). Kernel rows "
-           "are exact; the benchmark's timing code is attributed by whole blocks, so the user-space or "
-           "application row is approximate. `-` means the function did not run.", ""]
+             command: str, per: str = "iteration", heading: str = "##") -> str:
+    """A section per point (PER: what a value is divided by):
+    functions against configurations."""
+    what = ("Values are guest instructions per iteration, the mean over all iterations: a fraction is work "
+            "that only some iterations do (a timer interrupt, `byp`'s full path every 64th call). Kernel rows "
+            "are exact; the benchmark's timing code is attributed by whole blocks, so the user-space or "
+            "application row is approximate." if per == "iteration" else
+            "Values are the guest's instructions during the load divided by its requests: the server, the "
+            "in-guest client (in user space) and the idle loop. Under `linux` the server is in user space "
+            "too; under UKL profiles its functions are named.")
+    out = [f"{heading} Where the instructions go", "",
+           f"Measured with `{command}`: our QEMU plugin counts the instructions of each translated block "
+           "the guest executed in the measured region, and vmlinux's symbol table names the function each "
+           f"instruction is in (a label inside an assembly routine names the code after it). {what} "
+           "`-` means the function did not run.", ""]
     for op, size in points:
-        per = {c: p for c in configs for p in profiles.get(c, []) if (p.op, p.size) == (op, size)}
-        present = [c for c in configs if c in per]
+        pts = point_profiles(profiles, configs, (op, size))
+        present = [c for c in configs if c in pts]
         if not present:
             continue
-        out += [f"### {op}{f' {size} B' if size else ''}", "",
+        out += [f"{heading}# {op}{f' {size} B' if size else ''}", "",
                 "| function | " + " | ".join(present) + " |", "|---|" + "---:|" * len(present)]
-        for fn, vals in rows(per, present):
+        for fn, vals in rows(pts, present):
             label = f"**{fn}**" if fn == "total" else f"`{fn}`" if not fn.startswith("(") else fn
             out.append(f"| {label} | " + " | ".join(number(v) for v in vals) + " |")
         out.append("")
