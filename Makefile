@@ -23,13 +23,16 @@ unit: setup
 
 # The application results in docs/: guest instructions per request (in-guest
 # load generator, -icount); memcached's latency against offered load on its
-# own, taken from that same run (results-apps.json); the same under a
+# own, taken from that same run (results-apps.json); Redis's instructions
+# by function (--profile); the same under a
 # distribution's mitigations with modelled cycles; and wall-clock time under
 # real host clients (a tap device in a private network namespace: needs
 # root), the servers under every profile.
 results-apps: setup
 	./ukl bench apps --configs linux,base,base+ret+byp,base+ret+byp+shortcut --icount \
 		--markdown docs/results-apps.md --json docs/results-apps.json --plot docs/results-apps.png
+	./ukl bench redis --configs linux,base,base+ret+byp,base+ret+byp+shortcut --icount --profile \
+		--markdown docs/results-apps-profile.md --json docs/results-apps-profile.json
 	./ukl bench apps --only memcached --from-json docs/results-apps.json \
 		--markdown docs/results-apps-load.md --json docs/results-apps-load.json --plot docs/results-apps-load.png
 	./ukl bench apps --configs linux-mitigated,base-mitigated,base-mitigated+ret+byp,base-mitigated+ret+byp+shortcut \

@@ -63,7 +63,7 @@ def test_application_benchmark_counts_instructions_per_request(outdir):
     import json
     out = outdir / "bench-redis.json"
     res = ukl("bench", "redis", "--configs", "linux,base", "--icount", "--model", "cycles", "--requests", "300",
-              "--json", out, "--markdown", outdir / "bench-redis.md")
+              "--profile", "--json", out, "--markdown", outdir / "bench-redis.md")
     assert res.returncode == 0, res.stdout[-3000:]
     (report,) = json.loads(out.read_text())
     assert report["configs"] == ["linux", "base"] and report["icount"]
@@ -90,6 +90,22 @@ def test_application_benchmark_counts_instructions_per_request(outdir):
         assert syscalls["linux"][label] - syscalls["base"][label] >= 2.5, syscalls
     md = (outdir / "bench-redis.md").read_text()
     assert "modelled cycles (instructions)" in md and "| syscall | 50 |" in md
+    # --profile: each load's instructions per request, by function. Both
+    # kernels run the same TCP code; under base the server's own functions
+    # are named (ukl_ prefix), under linux they are user space's.
+    assert "--profile" in md.splitlines()[2] and "#### GET c=1 P=1" in md
+    for config, loads in model["results"].items():
+        profiles = {p["op"]: p for p in report["profiles"][config]}
+        for lc in loads:
+            fns = profiles[lc["label"]]["functions"]
+            assert profiles[lc["label"]]["iterations"] == 300
+            # the profile is the region, per request
+            assert abs(sum(fns.values()) - lc["insns"] / 300) < 0.01 * lc["insns"] / 300, (config, lc["label"])
+            assert fns["tcp_sendmsg_locked"] > 20 and fns.get("(user space)", 0) > 100, (config, lc["label"])
+            if config == "base":
+                assert fns["ukl_processCommand"] > 50 and "entry_SYSCALL_64" in fns, lc["label"]  # the client's
+            else:
+                assert not any(f.startswith("ukl_") for f in fns), lc["label"]
 
 
 # The applications' own tests also run under every option at once, TCP

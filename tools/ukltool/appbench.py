@@ -309,6 +309,7 @@ def markdown(reports: list[AppReport], plot_file: Path | None = None, md_file: P
            + (" --model cycles" + (f" --cpu {model.cpu}" if model.cpu != cyclemodel.DEFAULT_CPU else "")
               if model else "")
            + (f" --repeat {reports[0].runs}" if reports and reports[0].runs > 1 else "")
+           + (" --profile" if any(r.profiles for r in reports) else "")
            + f" --markdown {shown(md_file) if md_file else 'docs/results-apps.md'}`;"
            " do not edit by hand.", ""]
     if reports:

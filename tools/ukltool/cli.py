@@ -576,7 +576,7 @@ def cmd_bench_app(a: argparse.Namespace) -> int:
         _each_app(chosen, lambda n: reports.append(appbench.run_app(n, configs, a.icount, a.requests, a.timeout,
                                                                     a.repeat, model_cpu, a.profile)),
                   lambda: appbench.save_json(reports, a.json) if a.json else None, a.json)
-    only = ",".join(chosen) if a.only else None
+    only = ",".join(chosen) if a.only or a.app != "apps" else None
     for rep in reports:
         ui.report_console().print(appbench.table(rep))
         lt = appbench.latency_table(rep)
