@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from elftools.common.exceptions import ELFError
+from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 from rich.table import Table
@@ -139,11 +140,10 @@ def load_symbols(path: Path, user_below: int = KERNEL_HALF) -> Symbols:
                 raise UklError(f"{path} has no symbol table", "profiles need an unstripped vmlinux")
             for sym in tab.iter_symbols():
                 kind, bind = sym["st_info"]["type"], sym["st_info"]["bind"]
-                if kind not in ("STT_FUNC", "STT_NOTYPE") or not sym.name or sym["st_shndx"] in ("SHN_UNDEF",
-                                                                                                 "SHN_ABS"):
+                # code only: a real section index (not UNDEF, ABS, COMMON) whose section executes
+                if kind not in ("STT_FUNC", "STT_NOTYPE") or not sym.name or not isinstance(sym["st_shndx"], int):
                     continue
-                sec = elf.get_section(sym["st_shndx"])
-                if not sec["sh_flags"] & 0x4:  # SHF_EXECINSTR
+                if not elf.get_section(sym["st_shndx"])["sh_flags"] & SH_FLAGS.SHF_EXECINSTR:
                     continue
                 rank = _rank(sym.name, kind, bind)
                 addr = sym["st_value"]
