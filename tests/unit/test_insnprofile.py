@@ -171,7 +171,13 @@ def test_application_loads_are_profiled_per_request(tmp_path: Path, monkeypatch)
     from ukltool import appbench
 
     counts = tmp_path / "insnclass.json"
-    counts.write_text(json.dumps({"profile": [[0, 4000, [K, K + 1]], [1, 100, [K]], [1, 300, [0x401000]]]}))
+    region = {"iterations": 1, "insns": 8000, "insns_min": 8000, "insns_max": 8000, "counts": {}}
+    counts.write_text(json.dumps({
+        "plugin": "insnclass", "format": 1, "vcpus": 1, "inline": True,
+        "classes": [*bench.cyclemodel.CLASSES, "other"], "unbalanced": 0,
+        "total": {"insns": 9000, "counts": {}}, "outside": {"insns": 0, "counts": {}},
+        "regions": [{"id": 0, **region}, {"id": 1, **region}],
+        "profile": [[0, 4000, [K, K + 1]], [1, 100, [K]], [1, 300, [0x401000]]]}))
     monkeypatch.setattr(insnprofile, "load_symbols", lambda path: insnprofile.Symbols([(K, "tcp_sendmsg")]))
     loads = [appbench.Point("get", 30, 16, 1000, 5, 6), appbench.Point("set", 30, 16, 100, 5, 6)]
     got = appbench.load_profiles(counts, loads, tmp_path / "vmlinux")

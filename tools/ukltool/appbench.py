@@ -138,7 +138,10 @@ def parse(text: str) -> list[Point]:
 def load_profiles(counts: Path, loads: list[Point], vmlinux: Path) -> list[insnprofile.OpProfile]:
     """Each load's region (load K is region K): the whole guest's
     instructions per request, by function."""
-    entries = insnprofile.read_profile(counts.read_text(), str(counts))
+    text = counts.read_text()
+    # every load entered its region exactly once (appcycles checks it)
+    appcycles.load_counts(cyclemodel.parse_report(text, str(counts)), loads, str(counts))
+    entries = insnprofile.read_profile(text, str(counts))
     symbols = insnprofile.load_symbols(vmlinux)
     return [insnprofile.OpProfile(p.label, 0, p.requests, insnprofile.per_function(entries, k, p.requests,
                                                                                    symbols.name))
