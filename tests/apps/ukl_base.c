@@ -118,6 +118,9 @@ static int case_memory(void)
 	say("write(NULL) = %ld\n", sys(__NR_write, 1, 0, 4));
 	say("write(kernel text) = %ld\n", sys(__NR_write, 1, 0xffffffff81000000UL, 4));
 	say("write(kernel hole) = %ld\n", sys(__NR_write, 1, 0xffff800000000000UL, 4));
+	/* the image's own addresses pass only while the buffer stays in it */
+	say("write(rodata, 128 TiB) = %ld\n", sys(__NR_write, 1, rodata_msg, 1UL << 47));
+	say("write(past the user top) = %ld\n", sys(__NR_write, 1, 0x7ffffffff000UL - 8, 16));
 	sys(__NR_lseek, fd, 0, 0);
 	say("read(kernel data) = %ld\n", sys(__NR_read, fd, 0xffff888000100000UL, 4));
 	sys(__NR_close, fd);

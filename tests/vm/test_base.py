@@ -71,7 +71,8 @@ def test_memory_and_pointers_into_the_image(batch):
     stdout = passed(batch, "memory")
     for line in ("mmap 64 MiB touched, munmap 0", "brk grew 1024 KiB", "write from rodata ok",
                  "read into bss: 9 bytes: ukl_base", "write(NULL) = -14", "write(kernel text) = -14",
-                 "write(kernel hole) = -14", "read(kernel data) = -14", "open(missing) = -2",
+                 "write(kernel hole) = -14", "write(rodata, 128 TiB) = -14",
+                 "write(past the user top) = -14", "read(kernel data) = -14", "open(missing) = -2",
                  "close(-1) = -9"):
         assert line in stdout, (line, stdout)
 
