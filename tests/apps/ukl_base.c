@@ -93,11 +93,17 @@ static int case_info(int argc, char **argv, char **envp, unsigned long *auxv)
 
 static const char rodata_msg[] = "write from rodata ok\n";
 static char bss_buf[64];
+/* what get_user() and put_user() read and write: socket option, time, aio */
+static int opt_val;
+static unsigned int opt_len;
+static long time_val;
+static unsigned long aio_ctx;
+static const int one_ro = 1;
 
 static int case_memory(void)
 {
 	char *big, *brk0, *brk1;
-	long r, fd;
+	long r, fd, rc;
 
 	big = (char *)sys(__NR_mmap, 0, 64 << 20, 3 /* RW */, 0x22 /* PRIVATE|ANON */, -1, 0);
 	if ((long)big < 0)
@@ -123,6 +129,23 @@ static int case_memory(void)
 	say("write(past the user top) = %ld\n", sys(__NR_write, 1, 0x7ffffffff000UL - 8, 16));
 	sys(__NR_lseek, fd, 0, 0);
 	say("read(kernel data) = %ld\n", sys(__NR_read, fd, 0xffff888000100000UL, 4));
+	/* get_user() and put_user() of 4 and 8 bytes on the image and beyond */
+	r = sys(__NR_socket, 2 /* AF_INET */, 1 /* SOCK_STREAM */, 0);
+	opt_len = sizeof(opt_val);
+	rc = sys(__NR_getsockopt, r, 1 /* SOL_SOCKET */, 3 /* SO_TYPE */, &opt_val, &opt_len);
+	say("getsockopt(SO_TYPE) into bss = %ld, type %d, len %u\n", rc, opt_val, opt_len);
+	say("getsockopt(len in kernel text) = %ld\n",
+	    sys(__NR_getsockopt, r, 1, 3, &opt_val, 0xffffffff81000000UL));
+	say("ioctl(FIONBIO, rodata) = %ld\n", sys(__NR_ioctl, r, 0x5421 /* FIONBIO */, &one_ro));
+	say("ioctl(FIONBIO, kernel text) = %ld\n",
+	    sys(__NR_ioctl, r, 0x5421, 0xffffffff81000000UL));
+	sys(__NR_close, r);
+	r = sys(__NR_time, &time_val);
+	say("time into bss: %s\n", r > 0 && r == time_val ? "same" : "differs");
+	say("time(kernel data) = %ld\n", sys(__NR_time, 0xffff888000100000UL));
+	say("time(rodata) = %ld\n", sys(__NR_time, rodata_msg));
+	say("io_setup into bss = %ld\n", sys(__NR_io_setup, 1, &aio_ctx));
+	say("io_destroy = %ld\n", sys(__NR_io_destroy, aio_ctx));
 	sys(__NR_close, fd);
 	say("open(missing) = %ld\n", sys(__NR_open, "/nonexistent", 0));
 	say("close(-1) = %ld\n", sys(__NR_close, -1));

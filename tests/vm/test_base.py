@@ -72,7 +72,12 @@ def test_memory_and_pointers_into_the_image(batch):
     for line in ("mmap 64 MiB touched, munmap 0", "brk grew 1024 KiB", "write from rodata ok",
                  "read into bss: 9 bytes: ukl_base", "write(NULL) = -14", "write(kernel text) = -14",
                  "write(kernel hole) = -14", "write(rodata, 128 TiB) = -14",
-                 "write(past the user top) = -14", "read(kernel data) = -14", "open(missing) = -2",
+                 "write(past the user top) = -14", "read(kernel data) = -14",
+                 "getsockopt(SO_TYPE) into bss = 0, type 1, len 4",
+                 "getsockopt(len in kernel text) = -14", "ioctl(FIONBIO, rodata) = 0",
+                 "ioctl(FIONBIO, kernel text) = -14", "time into bss: same",
+                 "time(kernel data) = -14", "time(rodata) = -14", "io_setup into bss = 0",
+                 "io_destroy = 0", "open(missing) = -2",
                  "close(-1) = -9"):
         assert line in stdout, (line, stdout)
 
