@@ -60,7 +60,11 @@ def test_quick_icount_runs_repeat(tmp_path):
         # carries no UKL hook for tasks without options (patch 0039)
         body = "__task_pid_nr_ns" if point[0] == "getppid" else "shmem_file_read_iter"
         assert len({f[body] for f in fns.values()}) == 1, fns
-        assert fns["base"]["do_syscall_64"] == fns["linux"]["do_syscall_64"] == fns["base+ret"]["do_syscall_64"], fns
+        # (within one instruction: the plugin counts whole translation blocks,
+        # and where base's do_syscall_64() has an instruction across a page
+        # boundary it counts one more than icount retires; the hook was 10)
+        assert fns["base"]["do_syscall_64"] == fns["base+ret"]["do_syscall_64"], fns
+        assert abs(fns["base"]["do_syscall_64"] - fns["linux"]["do_syscall_64"]) <= 1, fns
         # Linux enters by SYSCALL, UKL by a call; byp skips the entry work
         assert fns["linux"].get("entry_SYSCALL_64", 0) >= 1 and "syscall_return_via_sysret" in fns["linux"]
         for c in ("base", "base+byp", "base+ret"):
