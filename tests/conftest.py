@@ -23,10 +23,18 @@ from ukltool import kernel  # noqa: E402
 # BASIC_CONFIGS: without debug kernels, for the slower application-level
 # tests (projects, TCP, files), where a debug kernel adds time, not cases.
 # Profiles (CONFIG+OPTION, kernel/options.toml) join ALL_CONFIGS and
-# UKL_CONFIGS: the base-model, C library, fault and userspace tests run
-# under each option and their combination on the normal kernel, and under
-# the combination (every option's code) on the debug kernel, sharing the
-# configuration's kernel build; BASIC_CONFIGS keep one image per kernel.
+# UKL_CONFIGS, sharing their configuration's kernel build; BASIC_CONFIGS
+# keep one image per kernel.
+#
+# Two tiers (docs/dev/testing.md). `make test-all` (UKL_TEST_TIER=all) runs
+# the full matrix: the base-model, C library, fault and userspace tests
+# under each option set on the normal kernel and under the combination on
+# the debug kernel. `make test` (the default) runs them on the baseline,
+# on plain `base`, and on the debug kernel with every option at once
+# (base-debug+ret+byp): every configuration and every option's code at
+# least once, under lockdep, KASAN and the entry checks; the option sets
+# one by one on the normal kernel, and the plain debug kernel, are
+# test-all's. Tests marked `test_all` run in that tier only.
 #
 # Configurations marked `# ukl-tests: measurement` (linux-mitigated,
 # base-mitigated: the speculation mitigations of a distribution, for `ukl
@@ -36,6 +44,11 @@ from ukltool import kernel  # noqa: E402
 # Intel CPU, so their entry and exit code runs under every debug test, and
 # linux-mitigated is stock Linux. UKL_TEST_MEASUREMENT_CONFIGS=1 includes
 # the UKL ones (base-mitigated; the tests know one stock kernel, linux).
+TIERS = ("test", "all")
+TIER = os.environ.get("UKL_TEST_TIER", "test")
+if TIER not in TIERS:
+    raise pytest.UsageError(f"UKL_TEST_TIER={TIER!r}: use one of {', '.join(TIERS)} (see docs/dev/testing.md)")
+FULL = TIER == "all"
 OPTION_SETS = ["byp", "ret", "ret+byp"]
 CONFIGS = [c for c in kernel.config_names()
            if not kernel.measurement_only(c)
@@ -44,10 +57,33 @@ BASELINE = "linux"
 PROFILES = [f"{c}+{o}" for c in CONFIGS if kernel.is_ukl(c)
             for o in (OPTION_SETS[-1:] if c.endswith("-debug") else OPTION_SETS)]
 ALL_CONFIGS = CONFIGS + PROFILES
+if not FULL:
+    ALL_CONFIGS = [c for c in ALL_CONFIGS
+                   if "+" not in c and not c.endswith("-debug")  # linux, base
+                   or "+" in c and c.split("+")[0].endswith("-debug")]  # base-debug+ret+byp
 UKL_CONFIGS = [c for c in ALL_CONFIGS if kernel.is_ukl(c)]
 DEBUG_CONFIGS = [c for c in ALL_CONFIGS if c.split("+")[0].endswith("-debug")]
-BASIC_CONFIGS = [c for c in CONFIGS if c not in DEBUG_CONFIGS]
-assert BASELINE in ALL_CONFIGS and BASELINE not in UKL_CONFIGS
+BASIC_CONFIGS = [c for c in CONFIGS if c not in DEBUG_CONFIGS and not c.endswith("-debug")]
+assert BASELINE in ALL_CONFIGS and BASELINE not in UKL_CONFIGS and DEBUG_CONFIGS
+
+
+def pytest_report_header(config) -> list[str]:
+    other = "make test-all: UKL_TEST_TIER=all" if not FULL else "the full matrix"
+    return [f"ukl tier: {TIER} ({other}); configurations: {', '.join(ALL_CONFIGS)}"]
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "test_all: runs only in `make test-all` (UKL_TEST_TIER=all)")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Leave test_all tests out of `make test`, counted as deselected."""
+    if FULL:
+        return
+    dropped = [i for i in items if i.get_closest_marker("test_all")]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [i for i in items if not i.get_closest_marker("test_all")]
 
 
 def ukl(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess:

@@ -268,7 +268,7 @@ def test_kernel_stack_overflow_is_still_reported(userspace_images):
     """Every vector arrives on the UKL IST stack, so an overflow of a kernel
     stack raises a page fault there instead of a double fault: the report
     must be the same (lkdtm's EXHAUST_STACK recurses until it overflows)."""
-    image = userspace_images["base-debug"]
+    image = userspace_images[DEBUG_CONFIGS[0]]  # lkdtm is in the debug kernel
     log_file = image / "exhaust-stack.log"  # the storm's console.log stays for a post-mortem
     res = ukl("run", image, "--timeout", "300", "--log", log_file, "--sh",
               "mount -t debugfs none /sys/kernel/debug; "
