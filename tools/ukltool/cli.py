@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import re
 import shlex
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,7 +43,7 @@ from ukltool import (
 from ukltool import flags as ukl_flags
 from ukltool import series as series_mod
 from ukltool.errors import UklError
-from ukltool.paths import repo_problem
+from ukltool.paths import REPO, repo_problem
 
 EPILOG_RUN = f"""exit status: the application's status; 128+N when it was killed by
 signal N; {vm.EXIT_TIMEOUT} on timeout; {vm.EXIT_KERNEL_FAILURE} when the kernel panicked, oopsed, hit BUG or
@@ -130,9 +132,43 @@ def _positive(text: str) -> float:
     return v
 
 
+def _option_list() -> str:
+    """The UKL options' names for help texts; the parser is built (and
+    --help works) also where the checkout that holds the table is not."""
+    try:
+        return ", ".join(profiles.options())
+    except UklError:
+        return "those of kernel/options.toml in a checkout"
+
+
+def version() -> str:
+    try:
+        v = importlib.metadata.version("ukltool")
+    except importlib.metadata.PackageNotFoundError:  # run from the checkout, not installed
+        v = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    where = f"checkout {REPO}" if repo_problem() is None else "no checkout found (set UKL_REPO)"
+    return f"ukl {v} ({where})"
+
+
+def cmd_configs(a: argparse.Namespace) -> None:
+    """The kernel configurations, each with the first line of its fragment's
+    comment, then the UKL options that make profiles of them."""
+    con = ui.report_console()
+    t = Table("configuration", "what it is", box=None, pad_edge=False)
+    for name in kernel.config_names():
+        t.add_row(name, escape(kernel.summary(name)))
+    con.print(t)
+    t = Table("option", "what it does (CONFIG+OPTION, or `ukl run --opts`)", box=None, pad_edge=False)
+    for name, opt in profiles.options().items():
+        t.add_row(f"{name}=N" if opt.param else name, escape(opt.summary))
+    con.print()
+    con.print(t)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ukl", description=__doc__,
                                 epilog="Run `ukl COMMAND --help` for each command.")
+    p.add_argument("--version", action="version", version=version())
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
 
     b = sub.add_parser("build", help="build an application and a kernel into a bootable directory",
@@ -181,7 +217,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--opts", metavar="OPTS",
                    help="UKL options for this boot, comma-separated, instead of those of the profile the image "
                    "was built for (for example --opts byp,byp-every=32; --opts '' for none): "
-                   + ", ".join(profiles.options()) + " (kernel/options.toml)")
+                   + _option_list() + " (`ukl configs` describes them)")
     r.add_argument("--forward", action="append", type=_forward, default=[], metavar="HOST:GUEST",
                    help="forward 127.0.0.1:HOST on the host to GUEST in the guest (TCP)")
     r.add_argument("--tap", metavar="IFNAME",
@@ -343,8 +379,11 @@ def parser() -> argparse.ArgumentParser:
 
     sub.add_parser("sources", help="install, verify and unpack the pinned Linux and glibc sources").set_defaults(
         func=cmd_sources)
-    sub.add_parser("configs", help="list kernel configurations").set_defaults(
-        func=lambda a: print("\n".join(kernel.config_names())))
+    sub.add_parser("configs", help="list the kernel configurations and the UKL options",
+                   description="List the kernel configurations (kernel/configs) and the UKL options "
+                   "(kernel/options.toml) that make profiles of them, such as base+ret+byp.",
+                   epilog="example:\n  ukl configs", formatter_class=argparse.RawDescriptionHelpFormatter
+                   ).set_defaults(func=cmd_configs)
     return p
 
 

@@ -36,6 +36,18 @@ def config_names() -> list[str]:
     return sorted(p.stem for p in CONFIG_DIR.glob("*.config") if p.name != BASE_FRAGMENT)
 
 
+def summary(name: str) -> str:
+    """The first sentence of configuration NAME's fragment comment."""
+    lines = []
+    for line in (CONFIG_DIR / f"{name}.config").read_text().splitlines():
+        if not line.startswith("#") or line.startswith("# ukl-"):
+            break
+        lines.append(line.lstrip("# ").strip())
+    text = " ".join(lines)
+    end = re.search(r"\.(\s|$)", text)
+    return text[:end.start()] if end else text
+
+
 def fragments(name: str) -> list[Path]:
     """vm-base.config, then the fragments named by `# ukl-extends: X` lines,
     then NAME's; NAME may be a profile (CONFIG+OPTION...), whose options
