@@ -14,7 +14,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ukltool import ui
+from ukltool import lock, ui
 from ukltool.errors import UklError
 from ukltool.paths import LOCK_FILE, cache_dir
 from ukltool.proc import capture, git, run
@@ -115,6 +115,15 @@ def unpack_git(src: Source, dest: Path) -> Path:
     marker = dest / ".git" / "ukl-pristine-sha256"
     if marker.is_file():
         return dest
+    # Two first runs at once (a build and a test run) would unpack into the
+    # same .partial directory and break each other's git add.
+    with lock.held(f"unpack-{dest.name}", f"the unpacking of {src.tarball.name}"):
+        if marker.is_file():
+            return dest
+        return _unpack_git(src, dest)
+
+
+def _unpack_git(src: Source, dest: Path) -> Path:
     tmp = dest.with_name(dest.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
