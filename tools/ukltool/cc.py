@@ -20,13 +20,19 @@ Target `linux` (UKL_TARGET=linux): gcc, with -static at link time: the same
 program as an ordinary process, the baseline. <ukl.h> is on its include
 path too: its calls fall back to ordinary system calls or do nothing.
 
+The link writes OUTPUT as ld does (see write_output): a new file replaces
+it atomically, a device or FIFO (/dev/null, a pipe) is written into, and a
+link that fails removes the file ld would have replaced, as gcc does.
+
 With UKL_CC_LOG=FILE every program linked is appended to FILE (used by
 `ukl build DIR` to find what a Makefile built)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -51,7 +57,7 @@ def compile_flags(args: list[str]) -> list[str]:
 
 def _log_program(output: str) -> None:
     log = os.environ.get("UKL_CC_LOG")
-    if log:
+    if log and os.path.isfile(output):  # not /dev/null: a probe, not a program
         with open(log, "a") as fh:
             fh.write(str(Path(output).resolve()) + "\n")
 
@@ -108,6 +114,81 @@ def _check_file(path: str, magic: bytes, what: str) -> Path:
     return p
 
 
+def _replaced(output: str) -> bool:
+    """Whether ld makes a new file at OUTPUT (bfd_open_file unlinks it,
+    then creates it): where nothing is, a regular file, or a symbolic link
+    to a non-empty regular file. Anything else ld opens and writes into: a
+    device, a FIFO, a socket or a directory (both refused by open), or a
+    link to one of them, to an empty regular file (such as /dev/stdout
+    redirected to a new file) or to nothing (its target is created)."""
+    try:
+        st = os.lstat(output)
+    except OSError:
+        return True
+    if stat.S_ISREG(st.st_mode):
+        return True
+    if not stat.S_ISLNK(st.st_mode):
+        return False
+    try:
+        target = os.stat(output)
+    except OSError:
+        return False
+    return stat.S_ISREG(target.st_mode) and target.st_size > 0
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _replace_with(program: Path, output: str) -> None:
+    """OUTPUT atomically replaced by a copy of PROGRAM, mode 0777 less the
+    umask as ld creates it; nothing is left behind on failure."""
+    out = Path(output)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".ukl-partial", dir=out.parent)
+    try:
+        with os.fdopen(fd, "wb") as dst, open(program, "rb") as src:
+            shutil.copyfileobj(src, dst)
+            os.fchmod(dst.fileno(), 0o777 & ~_umask())
+        os.replace(tmp, output)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _write_into(program: Path, output: str) -> None:
+    """PROGRAM written into what OUTPUT names (a device, a FIFO, the file a
+    link points to), which stays what it is."""
+    with open(output, "wb") as dst, open(program, "rb") as src:
+        shutil.copyfileobj(src, dst)
+        st = os.fstat(dst.fileno())
+        if stat.S_ISREG(st.st_mode):  # made executable, as bfd_close does
+            os.fchmod(dst.fileno(), (st.st_mode | (0o111 & ~_umask())) & 0o777)
+
+
+def write_output(program: Path, output: str) -> None:
+    """Write the linked PROGRAM to OUTPUT where ld would write it (see
+    _replaced): never replacing a device, a FIFO or a socket."""
+    try:
+        if _replaced(output):
+            _replace_with(program, output)
+        else:
+            _write_into(program, output)
+    except OSError as e:
+        raise UklError(f"cannot write output file {output}: {e.strerror}",
+                       "check the -o path: an existing file, device or FIFO, or a new file in a directory") from None
+
+
+def remove_failed(output: str) -> None:
+    """What a failed link leaves at OUTPUT, as gcc: ld had replaced (see
+    _replaced) an existing output with the file it was writing and removes
+    that; what it writes into (a device, a FIFO) stays as it was."""
+    if _replaced(output):
+        with contextlib.suppress(OSError):
+            os.unlink(output)
+
+
 def link_base(cmd: gccargs.Command, driver: str = "cc") -> int:
     if not cmd.inputs or not any(i.kind != "lib" for i in cmd.inputs):
         raise UklError("no input files", f"usage: ukl-{driver} [options] FILE... [-o OUTPUT]")
@@ -122,40 +203,47 @@ def link_base(cmd: gccargs.Command, driver: str = "cc") -> int:
             rc = passthrough([compiler(driver), *compile_flags(opts), *opts,
                         "-x", src.lang, src.value, "-x", "none", "-c", "-o", str(obj)])
             if rc:
-                return rc
+                return rc  # as gcc: a failed compile leaves the output as it was
             compiled[src.index] = str(obj)
-        objects: list[Path] = []
-        archives: list[Path] = []
-        for inp in cmd.inputs:
-            if inp.kind == "source":
-                objects.append(Path(compiled[inp.index]))
-            elif inp.kind == "object":
-                objects.append(_check_file(inp.value, ELF_MAGIC, "an ELF object"))
-            elif inp.kind == "archive":
-                archives.append(_check_file(inp.value, AR_MAGIC, "an ar archive"))
-            else:
-                p = find_archive(inp.value, cmd.libdirs, lc)
-                if p not in archives:
-                    archives.append(p)
-        if driver == "c++" and "-nostdlib++" not in cmd.args and "-nostdlib" not in cmd.args:
-            archives.append(app.cxx_runtime())
-        obj = work / "app.ukl.o"
-        app.link_ukl(objects, archives, obj, work, lc)
-        # The host-runnable twin: the same command line, each source
-        # replaced in place by its object, against the host's static glibc.
-        host_out = work / "host.out"
-        if passthrough([compiler(driver), "-static", "-no-pie", str(HOST_ENTRY), *cmd.link_args(compiled),
-                        "-o", str(host_out)]):
-            raise UklError("linking the host-runnable twin failed (see above)",
-                           "the UKL object links, but the same objects do not link as a static program")
-        run(["objcopy", f"--add-section={SECTION}={obj}", f"--set-section-flags={SECTION}=noload,readonly",
-             host_out], what="embedding the UKL object")
-        tmp = Path(output + ".ukl-partial")
-        shutil.move(host_out, tmp)
-        tmp.chmod(0o755)
-        os.replace(tmp, output)
+        try:
+            write_output(_link(cmd, driver, compiled, work, lc), output)
+        except Exception:
+            remove_failed(output)
+            raise
     _log_program(output)
     return 0
+
+
+def _link(cmd: gccargs.Command, driver: str, compiled: dict[int, str], work: Path, lc: libc.Libc) -> Path:
+    """The linked program in WORK: the host-runnable executable with the
+    UKL object embedded."""
+    objects: list[Path] = []
+    archives: list[Path] = []
+    for inp in cmd.inputs:
+        if inp.kind == "source":
+            objects.append(Path(compiled[inp.index]))
+        elif inp.kind == "object":
+            objects.append(_check_file(inp.value, ELF_MAGIC, "an ELF object"))
+        elif inp.kind == "archive":
+            archives.append(_check_file(inp.value, AR_MAGIC, "an ar archive"))
+        else:
+            p = find_archive(inp.value, cmd.libdirs, lc)
+            if p not in archives:
+                archives.append(p)
+    if driver == "c++" and "-nostdlib++" not in cmd.args and "-nostdlib" not in cmd.args:
+        archives.append(app.cxx_runtime())
+    obj = work / "app.ukl.o"
+    app.link_ukl(objects, archives, obj, work, lc)
+    # The host-runnable twin: the same command line, each source
+    # replaced in place by its object, against the host's static glibc.
+    host_out = work / "host.out"
+    if passthrough([compiler(driver), "-static", "-no-pie", str(HOST_ENTRY), *cmd.link_args(compiled),
+                    "-o", str(host_out)]):
+        raise UklError("linking the host-runnable twin failed (see above)",
+                       "the UKL object links, but the same objects do not link as a static program")
+    run(["objcopy", f"--add-section={SECTION}={obj}", f"--set-section-flags={SECTION}=noload,readonly",
+         host_out], what="embedding the UKL object")
+    return host_out
 
 
 def extract(program: Path, out: Path) -> None:

@@ -79,12 +79,21 @@ def add_userspace(spec: initramfs.Spec) -> None:
 
 
 def _prepare_outdir(outdir: Path) -> Path:
+    """OUTDIR.partial, empty, where the build writes before it replaces
+    OUTDIR; refuses an OUTDIR (or OUTDIR.partial) that is not a directory
+    of its own, which it would not replace or delete."""
+    if outdir.is_symlink():
+        raise UklError(f"output {outdir} is a symbolic link (ukl replaces OUTDIR as a whole)",
+                       "name the directory it points to, or choose another -o OUTDIR")
     if outdir.exists() and not outdir.is_dir():
         raise UklError(f"output {outdir} exists and is not a directory", "choose another -o OUTDIR")
     if outdir.is_dir() and any(outdir.iterdir()) and not (outdir / MANIFEST).is_file():
         raise UklError(f"output directory {outdir} is not empty and was not written by ukl",
                        "choose another -o OUTDIR or empty it")
     tmp = outdir.with_name(outdir.name + ".partial")
+    if tmp.is_symlink() or (tmp.exists() and not tmp.is_dir()):
+        raise UklError(f"{tmp}, where ukl builds OUTDIR, exists and is not a directory",
+                       "remove it or choose another -o OUTDIR")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     return tmp
