@@ -1,4 +1,4 @@
-"""glibc 2.36 built for the UKL image (docs/glibc-port.md).
+"""glibc 2.36 built for the UKL image (docs/design/glibc-port.md).
 
 The pristine glibc tree (sources.py) gets the small patch series in
 libc/patches and is built out of tree with libc/ukl-gcc as the compiler,
