@@ -27,6 +27,8 @@ CONSTANTS = {
     "UKL_SLOT_INLINE": remote.SLOT_INLINE, "UKL_RFD_BASE": remote.RFD_BASE, "UKL_RFD_MAX": remote.RFD_MAX,
     "UKL_SLOT_FREE": remote.SLOT_FREE, "UKL_SLOT_REQ": remote.SLOT_REQ, "UKL_SLOT_DONE": remote.SLOT_DONE,
     "UKL_ROP_NULL": remote.ROP_NULL, "UKL_ROP_HELLO": remote.ROP_HELLO,
+    "UKL_SLOT_IRQ": remote.SLOT_IRQ, "UKL_SLOT_CONT": remote.SLOT_CONT, "UKL_SLOT_MORE": remote.SLOT_MORE,
+    "UKL_SLOT_ERR": remote.SLOT_ERR, "UKL_SEG_FAULT": remote.SEG_FAULT,
 }
 
 

@@ -115,6 +115,21 @@ static struct ukl_ring_hdr *hdr;
 /* The remote fd table: index -> host fd, -1 when free */
 static int rfd[UKL_RFD_MAX];
 
+/*
+ * A read or write larger than one round trip holds its file between them,
+ * as Linux holds a file for a call in progress: a close() by another thread
+ * meanwhile, and an open() that reuses the index, leave the call on its
+ * file. held[i] is the file of slot i's call, -1 when none; a host fd is
+ * closed once neither rfd[] nor a slot refers to it (fd_refs).
+ */
+#define HOST_FDS	(UKL_RFD_MAX + 256)
+static int held[UKL_RING_SLOTS];
+static uint16_t fd_refs[HOST_FDS];
+
+/* Guest memory that could not be pinned (UKL_SEG_FAULT): every access faults */
+#define FAULT_SIZE	0x7ffff000UL	/* Linux's MAX_RW_COUNT */
+static unsigned char *fault_area;
+
 /* Per slot: the seq last answered, and whether there was one */
 static uint32_t last_seq[UKL_RING_SLOTS];
 static bool served[UKL_RING_SLOTS];
@@ -312,7 +327,7 @@ static void landlock(void)
 static void seccomp(void)
 {
 	static const unsigned int allowed[] = {
-		SYS_read, SYS_write, SYS_readv, SYS_writev, SYS_preadv, SYS_pwritev,
+		SYS_read, SYS_write, SYS_pread64, SYS_pwrite64, SYS_readv, SYS_writev, SYS_preadv, SYS_pwritev,
 		SYS_preadv2, SYS_pwritev2, SYS_lseek, SYS_close, SYS_fstat, SYS_newfstatat,
 		SYS_openat2, SYS_getdents64, SYS_mkdirat, SYS_unlinkat, SYS_renameat2,
 		SYS_fsync, SYS_fdatasync, SYS_ftruncate, SYS_statx,
@@ -457,6 +472,11 @@ static void startup(void)
 	/* Odds and ends seccomp would refuse later */
 	for (int i = 0; i < UKL_RFD_MAX; i++)
 		rfd[i] = -1;
+	for (int i = 0; i < UKL_RING_SLOTS; i++)
+		held[i] = -1;
+	fault_area = mmap(NULL, FAULT_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (fault_area == MAP_FAILED)
+		die("reserving %lu bytes that fault: %s", FAULT_SIZE, strerror(errno));
 	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < (rlim_t)UKL_RFD_MAX + 64) {
 		rl.rlim_cur = rl.rlim_max < (rlim_t)UKL_RFD_MAX + 64 ? rl.rlim_max : (rlim_t)UKL_RFD_MAX + 64;
 		setrlimit(RLIMIT_NOFILE, &rl);
@@ -505,6 +525,7 @@ static void startup(void)
 /* A request, copied out of its slot before anything in it is checked */
 struct req {
 	struct ukl_slot h;		/* only the 128-byte header is copied */
+	int slot;			/* its index in the ring */
 	uint32_t nsegs;			/* min(h.nsegs, UKL_SLOT_SEGS) */
 	uint32_t inlen;			/* min(h.inline_len, UKL_SLOT_INLINE) */
 	struct ukl_seg seg[UKL_SLOT_SEGS];
@@ -522,6 +543,38 @@ static int host_fd(int64_t index)
 	if (index < 0 || index >= UKL_RFD_MAX || rfd[index] < 0)
 		return -1;
 	return rfd[index];
+}
+
+/* Drop a reference to host fd @fd: the last one closes it */
+static int fd_put(int fd)
+{
+	if (--fd_refs[fd])
+		return 0;
+	return close(fd) ? -errno : 0;
+}
+
+/* Slot @i's call is over: its file goes */
+static void slot_release(int i)
+{
+	if (held[i] >= 0)
+		fd_put(held[i]);
+	held[i] = -1;
+}
+
+/* The file of a read or write: the slot's own for a further round trip */
+static int rw_fd(const struct req *r)
+{
+	if (r->h.flags & UKL_SLOT_CONT)
+		return held[r->slot];
+	return host_fd(r->h.args[0]);
+}
+
+/* The error the guest found in its own memory (UKL_SLOT_ERR) */
+static long guest_err(const struct req *r)
+{
+	int64_t err = r->h.args[5];
+
+	return err < 0 && err >= -4095 ? err : -EINVAL;
 }
 
 /* The directory a path is resolved beneath: DIR for AT_FDCWD */
@@ -544,7 +597,7 @@ static long req_path(const struct req *r, const char **path)
 	return 0;
 }
 
-static long resolve(int dfd, const char *path, uint64_t flags, uint64_t mode)
+static long resolve_beneath(int dfd, const char *path, uint64_t flags, uint64_t mode)
 {
 	struct open_how how = {
 		.flags = flags,
@@ -554,6 +607,105 @@ static long resolve(int dfd, const char *path, uint64_t flags, uint64_t mode)
 	long fd = syscall(SYS_openat2, dfd, path, &how, sizeof(how));
 
 	return fd < 0 ? -errno : fd;
+}
+
+/*
+ * The path beneath DIR of directory @dfd, ending in '/' (or "" for DIR), in
+ * buf[*start..size): found by walking up through "..", naming each step by
+ * the entry of its parent with its inode number.
+ */
+static long dir_path(int dfd, char *buf, size_t size, size_t *start)
+{
+	static unsigned char ents[8192];
+	struct stat root, st;
+	size_t pos = size - 1;
+	int cur = dfd;
+	long err = -EXDEV;
+
+	buf[pos] = 0;
+	if (fstat(rootfd, &root))
+		return -errno;
+	for (int depth = 0; depth < PATH_IN_MAX / 2; depth++) {
+		struct open_how how = { .flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC,
+					.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
+		bool found = false;
+		int up;
+		long n;
+
+		if (fstat(cur, &st)) {
+			err = -errno;
+			break;
+		}
+		if (st.st_dev == root.st_dev && st.st_ino == root.st_ino) {
+			*start = pos;
+			err = 0;
+			break;
+		}
+		up = (int)syscall(SYS_openat2, cur, "..", &how, sizeof(how));
+		if (up < 0) {
+			err = -errno;
+			break;
+		}
+		if (cur != dfd)
+			close(cur);
+		cur = up;
+		while (!found && (n = syscall(SYS_getdents64, cur, ents, sizeof(ents))) > 0) {
+			for (long off = 0; off < n && !found; ) {
+				const uint64_t *ino = (const uint64_t *)(ents + off);
+				uint16_t reclen;
+				const char *name = (const char *)ents + off + 19;
+				size_t len = strlen(name);
+				struct stat est;
+
+				memcpy(&reclen, ents + off + 16, sizeof(reclen));
+				off += reclen;
+				if (*ino != st.st_ino || !strcmp(name, ".") || !strcmp(name, "..") ||
+				    fstatat(cur, name, &est, AT_SYMLINK_NOFOLLOW) ||
+				    est.st_dev != st.st_dev || est.st_ino != st.st_ino)
+					continue;
+				if (len + 1 > pos) {
+					err = -ENAMETOOLONG;
+					goto out;
+				}
+				buf[--pos] = '/';
+				pos -= len;
+				memcpy(buf + pos, name, len);
+				found = true;
+			}
+		}
+		if (!found) {
+			err = -EXDEV;	/* moved away meanwhile */
+			break;
+		}
+	}
+out:
+	if (cur != dfd)
+		close(cur);
+	return err;
+}
+
+/*
+ * Open @path relative to @dfd, never outside DIR. RESOLVE_BENEATH judges
+ * ".." against @dfd; Linux lets "sub/.." and "../x" relative to a
+ * subdirectory reach anything in DIR, so a refusal from a subdirectory is
+ * tried again from DIR with the subdirectory's path in front.
+ */
+static long resolve(int dfd, const char *path, uint64_t flags, uint64_t mode)
+{
+	static char buf[2 * PATH_IN_MAX];
+	long fd = resolve_beneath(dfd, path, flags, mode), err;
+	size_t start, len = strlen(path);
+
+	if (fd != -EXDEV || dfd == rootfd || path[0] == '/')
+		return fd;
+	err = dir_path(dfd, buf, PATH_IN_MAX, &start);
+	if (err)
+		return err == -ENAMETOOLONG ? err : fd;
+	if (PATH_IN_MAX - 1 - start + len >= PATH_IN_MAX)
+		return -ENAMETOOLONG;
+	memmove(buf, buf + start, PATH_IN_MAX - 1 - start);
+	memcpy(buf + PATH_IN_MAX - 1 - start, path, len + 1);
+	return resolve_beneath(rootfd, buf, flags, mode);
 }
 
 static long put_stat(int fd, struct resp *out)
@@ -603,6 +755,10 @@ static long do_openat(const struct req *r)
 		close(fd);
 		return -ENXIO;	/* no FIFOs or devices: every call stays bounded */
 	}
+	if (fd >= HOST_FDS) {
+		close(fd);
+		return -EMFILE;
+	}
 	if (!(oflags & O_NONBLOCK)) {
 		int fl = fcntl(fd, F_GETFL);
 
@@ -613,6 +769,7 @@ static long do_openat(const struct req *r)
 		}
 	}
 	rfd[index] = fd;
+	fd_refs[fd] = 1;
 	return index;
 }
 
@@ -625,7 +782,7 @@ static long do_newfstatat(const struct req *r, struct resp *out)
 
 	if (err)
 		return err;
-	if (flags & ~(int64_t)(AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT))
+	if (flags & ~(int64_t)(AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT | AT_STATX_SYNC_TYPE))
 		return -EINVAL;
 	if (dfd < 0)
 		return -EBADF;
@@ -641,16 +798,39 @@ static long do_newfstatat(const struct req *r, struct resp *out)
 	return err;
 }
 
-/* read, write, pread64, pwrite64: the buffer is the request's segments */
+/*
+ * read, write, pread64, pwrite64: the buffer is the request's segments. The
+ * checks come in vfs_read()'s and vfs_write()'s order: the file, its mode,
+ * then what the guest found wrong with its buffer (UKL_SLOT_ERR: what
+ * access_ok() or rw_verify_area() refused), then our call of the same
+ * system call, whose copy faults where the guest's would (UKL_SEG_FAULT). A
+ * readv or writev comes here only without segments: with the error of an
+ * iovec that the guest could not import, which Linux finds before the mode,
+ * or to move no bytes at all.
+ */
 static long do_rw(const struct req *r, int op)
 {
-	int fd = host_fd(r->h.args[0]);
+	bool to_guest = op == SYS_read || op == SYS_pread64 || op == SYS_readv;
+	bool vec = op == SYS_readv || op == SYS_writev;
 	uint64_t count = (uint64_t)r->h.args[2], sum = 0;
+	off_t pos = (off_t)r->h.args[3];
 	struct iovec iov[UKL_SLOT_SEGS];
+	int fd = rw_fd(r), fl;
 	ssize_t n;
 
 	if (fd < 0)
 		return -EBADF;
+	if (r->h.flags & UKL_SLOT_ERR) {
+		if (vec)
+			return guest_err(r);
+		fl = fcntl(fd, F_GETFL);
+		if (fl < 0)
+			return -errno;
+		fl &= O_ACCMODE;
+		if (fl != O_RDWR && fl != (to_guest ? O_RDONLY : O_WRONLY))
+			return -EBADF;
+		return guest_err(r);
+	}
 	if (r->h.nsegs > UKL_SLOT_SEGS)
 		return -EINVAL;
 	for (uint32_t i = 0; i < r->nsegs; i++) {
@@ -659,9 +839,43 @@ static long do_rw(const struct req *r, int op)
 	}
 	if (sum != count || count > SSIZE_MAX)
 		return -EINVAL;
+	if (!r->nsegs) {
+		/* No bytes: the call alone answers (EBADF, EISDIR, 0...) */
+		switch (op) {
+		case SYS_read:
+			n = read(fd, fault_area, 0);
+			break;
+		case SYS_write:
+			n = write(fd, fault_area, 0);
+			break;
+		case SYS_pread64:
+			n = pread(fd, fault_area, 0, pos);
+			break;
+		case SYS_pwrite64:
+			n = pwrite(fd, fault_area, 0, pos);
+			break;
+		case SYS_readv:
+			n = readv(fd, iov, 0);
+			break;
+		default:
+			n = writev(fd, iov, 0);
+			break;
+		}
+		return n < 0 ? -errno : n;
+	}
+	if (vec)
+		return -EINVAL;
 	for (uint32_t i = 0; i < r->nsegs; i++) {
-		int64_t off = gpa_to_off(r->seg[i].gpa, r->seg[i].len);
+		int64_t off;
 
+		if (r->seg[i].gpa == UKL_SEG_FAULT) {
+			if (r->seg[i].len > FAULT_SIZE)
+				return -EINVAL;
+			iov[i].iov_base = fault_area;
+			iov[i].iov_len = r->seg[i].len;
+			continue;
+		}
+		off = gpa_to_off(r->seg[i].gpa, r->seg[i].len);
 		if (off < 0)
 			return -EFAULT;
 		iov[i].iov_base = ram + off;
@@ -675,15 +889,34 @@ static long do_rw(const struct req *r, int op)
 		n = writev(fd, iov, (int)r->nsegs);
 		break;
 	case SYS_pread64:
-		n = preadv(fd, iov, (int)r->nsegs, (off_t)r->h.args[3]);
+		n = preadv(fd, iov, (int)r->nsegs, pos);
 		break;
 	default:
-		n = pwritev(fd, iov, (int)r->nsegs, (off_t)r->h.args[3]);
+		n = pwritev(fd, iov, (int)r->nsegs, pos);
 		break;
 	}
 	if (n < 0)
 		return -errno;
 	stat_zc_bytes += (uint64_t)n;
+	return n;
+}
+
+/*
+ * A round trip of a read or write, and what the slot holds after it: the
+ * file, when the guest may send another round trip of the same call
+ * (UKL_SLOT_MORE) and this one moved every byte it asked for.
+ */
+static long do_rw_trip(const struct req *r, int op)
+{
+	int fd = rw_fd(r);
+	long n = do_rw(r, op);
+
+	if (!(r->h.flags & UKL_SLOT_MORE) || n <= 0 || (uint64_t)n != (uint64_t)r->h.args[2]) {
+		slot_release(r->slot);
+	} else if (held[r->slot] != fd) {
+		held[r->slot] = fd;
+		fd_refs[fd]++;
+	}
 	return n;
 }
 
@@ -942,10 +1175,12 @@ static long execute(const struct req *r, struct resp *out)
 	case UKL_ROP_HELLO:
 		for (int i = 0; i < UKL_RFD_MAX; i++) {
 			if (rfd[i] >= 0) {
-				close(rfd[i]);
+				fd_put(rfd[i]);
 				rfd[i] = -1;
 			}
 		}
+		for (int i = 0; i < UKL_RING_SLOTS; i++)
+			slot_release(i);
 		return 0;
 	case SYS_openat:
 		return do_openat(r);
@@ -954,20 +1189,22 @@ static long execute(const struct req *r, struct resp *out)
 		if (fd < 0)
 			return -EBADF;
 		rfd[r->h.args[0]] = -1;
-		return close(fd) ? -errno : 0;
+		/* A call in progress on the file keeps it open (held[]) */
+		return fd_put(fd);
 	case SYS_lseek:
 		fd = host_fd(r->h.args[0]);
 		if (fd < 0)
 			return -EBADF;
-		if ((uint64_t)r->h.args[2] > INT_MAX)
-			return -EINVAL;
-		off = lseek(fd, (off_t)r->h.args[1], (int)r->h.args[2]);
+		/* whence is an unsigned int, as ksys_lseek() takes it */
+		off = lseek(fd, (off_t)r->h.args[1], (int)(unsigned int)r->h.args[2]);
 		return off < 0 ? -errno : off;
 	case SYS_read:
 	case SYS_write:
 	case SYS_pread64:
 	case SYS_pwrite64:
-		return do_rw(r, (int)r->h.op);
+	case SYS_readv:
+	case SYS_writev:
+		return do_rw_trip(r, (int)r->h.op);
 	case SYS_fstat:
 		fd = host_fd(r->h.args[0]);
 		if (fd < 0)
@@ -1031,6 +1268,10 @@ static enum served serve_slot(int i)
 	/* Only the parts the op reads: segments for I/O, data for paths */
 	r.nsegs = 0;
 	r.inlen = 0;
+	r.slot = i;
+	/* A call's first round trip: what the slot's last call held goes */
+	if (!(r.h.flags & UKL_SLOT_CONT))
+		slot_release(i);
 	if (r.h.op == SYS_read || r.h.op == SYS_write || r.h.op == SYS_pread64 || r.h.op == SYS_pwrite64)
 		r.nsegs = r.h.nsegs < UKL_SLOT_SEGS ? r.h.nsegs : UKL_SLOT_SEGS;
 	if (r.h.op == SYS_openat || r.h.op == SYS_newfstatat || r.h.op == SYS_mkdirat ||

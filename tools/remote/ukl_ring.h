@@ -12,7 +12,7 @@
 #include <linux/types.h>
 
 #define UKL_RING_MAGIC		0x31474e49524c4b55ULL	/* "UKLRING1" */
-#define UKL_RING_VERSION	2
+#define UKL_RING_VERSION	3
 #define UKL_RING_SIZE		(1U << 20)	/* the BAR: a power of two */
 #define UKL_RING_SLOTS		64
 #define UKL_SLOT_SIZE		8192
@@ -34,6 +34,12 @@
 
 /* ukl_slot.flags */
 #define UKL_SLOT_IRQ		1	/* the guest sleeps: answer by interrupt */
+#define UKL_SLOT_CONT		2	/* a later round trip: the slot's file */
+#define UKL_SLOT_MORE		4	/* one may follow: hold the file */
+#define UKL_SLOT_ERR		8	/* args[5]: the guest's -errno */
+
+/* ukl_seg.gpa of a buffer the guest could not pin: the host's copy faults */
+#define UKL_SEG_FAULT		(~0ULL)
 
 /* ukl_ring_hdr.notify: how a thread waits until it chooses */
 #define UKL_NOTIFY_POLL		0

@@ -31,7 +31,7 @@ CFLAGS = ["-std=gnu11", "-O2", "-g", "-Wall", "-Wextra", "-D_GNU_SOURCE"]
 # ---- The ABI: tools/remote/ukl_ring.h (tests/unit/test_remote_abi.py checks the mirror) ----
 
 RING_MAGIC = 0x31474E49524C4B55  # "UKLRING1"
-RING_VERSION = 2
+RING_VERSION = 3
 RING_SIZE = 1 << 20
 RING_SLOTS = 64
 SLOT_SIZE = 8192
@@ -44,6 +44,8 @@ SLOT_FREE, SLOT_REQ, SLOT_DONE = 0, 1, 2
 ROP_NULL = 0x1000
 ROP_HELLO = 0x1001
 SLOT_IRQ = 1
+SLOT_CONT, SLOT_MORE, SLOT_ERR = 2, 4, 8
+SEG_FAULT = (1 << 64) - 1
 NOTIFY_POLL, NOTIFY_IRQ = 0, 1
 NOTIFY_MODES = {"poll": NOTIFY_POLL, "irq": NOTIFY_IRQ}
 
