@@ -13,6 +13,18 @@
  *   - by writing to QEMU's isa-debug-exit port, which ends the VM.
  * N is the exit status, or 128+signal when the application was killed.
  * The application is never PID 1, so its crash is a status, not a panic.
+ *
+ * For `ukl bench boot` (kernel command line; the kernel passes such words
+ * to init as environment variables):
+ *   - ukl_stamp=1: right before exec'ing the application, read the time
+ *     stamp counter (under -icount: the guest's clock, in ns since power-on)
+ *     at the instruction labelled ukl_init_stamp, and print it as
+ *     "ukl-init: stamp tsc N" (the tool's QEMU plugin records the same
+ *     instruction);
+ *   - ukl_probe=PORT:HEX: a prober connects to 127.0.0.1:PORT until it
+ *     can, sends the bytes HEX, waits for the first byte of the answer,
+ *     reads the time stamp counter at ukl_probe_stamp, prints
+ *     "ukl-init: reply tsc N", and stops the application (SIGTERM).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -33,6 +45,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <termios.h>
+#include <time.h>
 #include <unistd.h>
 
 #define DEBUG_EXIT_PORT 0xf4
@@ -156,6 +169,86 @@ static void report_and_exit(int code)
 		pause();
 }
 
+/*
+ * The time stamp counter, read at a global label that the host finds in
+ * this program's symbols: rdtsc_at(label) names one instruction.
+ */
+#define RDTSC_AT(label)							\
+	({								\
+		unsigned int lo_, hi_;					\
+		__asm__ volatile(".globl " #label "\n" #label ":\n\trdtsc"	\
+				 : "=a"(lo_), "=d"(hi_) : : "memory");	\
+		(unsigned long long)hi_ << 32 | lo_;			\
+	})
+
+static void print_tsc(const char *what, unsigned long long tsc)
+{
+	char line[64];
+	int n = snprintf(line, sizeof(line), "ukl-init: %s tsc %llu\n", what, tsc);
+
+	if (write(STDERR_FILENO, line, (size_t)n) < 0)
+		return;
+}
+
+/* ukl_probe=PORT:HEX: the bytes to send, decoded into BUF; their count or -1 */
+static int probe_spec(const char *spec, int *port, char *buf, int size)
+{
+	const char *hex = strchr(spec, ':');
+	int n = 0;
+
+	*port = atoi(spec);
+	if (!hex || *port <= 0 || *port > 65535)
+		return -1;
+	for (hex++; hex[0] && hex[1] && n < size; hex += 2) {
+		unsigned int byte;
+
+		if (sscanf(hex, "%2x", &byte) != 1)
+			return -1;
+		buf[n++] = (char)byte;
+	}
+	return n > 0 ? n : -1;
+}
+
+/* Connect to 127.0.0.1:PORT, retrying every millisecond (of guest time)
+ * for up to a minute; the socket or -1. */
+static int connect_retrying(int port)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				   .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct timespec pause_ = { 0, 1000000 };
+
+	for (int i = 0; i < 60000; i++) {
+		int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+		if (s < 0)
+			return -1;
+		if (connect(s, (struct sockaddr *)&sin, sizeof(sin)) == 0)
+			return s;
+		close(s);
+		nanosleep(&pause_, NULL);
+	}
+	return -1;
+}
+
+/* The prober (a child of init): the first answer's time stamp, then SIGTERM to APP */
+static void probe(const char *spec, pid_t app)
+{
+	char msg[256], answer[1];
+	int port, len = probe_spec(spec, &port, msg, sizeof(msg));
+	int s = len < 0 ? -1 : connect_retrying(port);
+
+	if (len < 0)
+		say("ukl_probe=%s: not PORT:HEXBYTES", spec);
+	else if (s < 0)
+		say("the prober could not connect (%s)", spec);
+	else if (write(s, msg, (size_t)len) != len || read(s, answer, 1) != 1)
+		say("the server gave no answer to the probe (%s)", spec);
+	else
+		print_tsc("reply", RDTSC_AT(ukl_probe_stamp));
+	kill(app, SIGTERM);
+	_exit(0);
+}
+
 int main(void)
 {
 	static char app[4096], args[65536];
@@ -230,11 +323,15 @@ int main(void)
 		 */
 		if (interactive)
 			lead_session();
+		if (getenv("ukl_stamp"))
+			print_tsc("stamp", RDTSC_AT(ukl_init_stamp));
 		execve(app, argv, envp);
 		fprintf(stderr, "ukl-init: cannot execute %s: %s\n", app,
 			strerror(errno));
 		_exit(errno == ENOENT ? 127 : 126);
 	}
+	if (getenv("ukl_probe") && fork() == 0)
+		probe(getenv("ukl_probe"), pid);
 	for (;;) {
 		w = waitpid(-1, &status, 0);
 		if (w < 0 && errno == EINTR)

@@ -34,6 +34,15 @@
  * one holding its end marker is (both are the benchmark's own code), and a
  * block cut short by an exception is counted whole.
  *
+ * Points (at=ADDR:ADDR:..., hexadecimal guest virtual addresses, at most
+ * MAX_POINTS, one vCPU): for each address, in order, the first execution of
+ * an instruction there after the previous point's: the instructions
+ * executed before it, the idle instructions (HLT, MWAIT) executed before it,
+ * and the host's monotonic clock then (for `ukl bench boot`: the kernel's
+ * first instruction, its entries, the application's main()). Under
+ * -icount shift=0,sleep=off the guest's clock is the instructions plus the
+ * idle time QEMU skips at each HLT; the idle count says where that applies.
+ *
  * At exit QEMU calls our atexit callback, which writes a JSON report to the
  * file given as out=PATH (through PATH.partial and a rename).
  */
@@ -43,6 +52,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "insnclass.h"
 
@@ -328,6 +338,20 @@ struct tb_prof {
 static int profile;
 static struct tb_prof *profiled;	/* every translated block, under lock */
 
+/* at=ADDR:...: points recorded at their first execution, in order */
+#define MAX_POINTS 16
+
+struct point {
+	uint64_t vaddr;
+	int seen;
+	uint64_t insns, halts, wall_ns;
+};
+
+static struct point points[MAX_POINTS];
+static unsigned int npoints, next_point;
+static uint64_t halts;			/* HLT and MWAIT executions */
+static uint64_t wall_start_ns;		/* when the plugin was installed */
+
 static struct vcpu *vcpu(unsigned int index)
 {
 	return &vcpus[index < nvcpus ? index : nvcpus - 1];
@@ -465,6 +489,64 @@ static void on_marker(unsigned int index, void *udata)
 	v->region = -1;
 }
 
+static uint64_t wall_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* udata of a point's instruction: point index | instructions left in its TB
+ * << UD_LEFT_SHIFT (points need one vCPU: the order is global) */
+static void on_point(unsigned int index, void *udata)
+{
+	uintptr_t u = (uintptr_t)udata;
+	unsigned int k = (unsigned int)(u & (MAX_POINTS - 1));
+	struct point *p = &points[k];
+
+	if (k != next_point || p->seen)
+		return;		/* not armed yet (an earlier point has not run), or done */
+	p->seen = 1;
+	p->insns = insns_now(vcpu(index), u >> UD_LEFT_SHIFT);
+	p->halts = halts;
+	p->wall_ns = wall_now_ns() - wall_start_ns;
+	next_point++;
+}
+
+static void on_halt(unsigned int index, void *udata)
+{
+	(void)index;
+	(void)udata;
+	__atomic_fetch_add(&halts, 1, __ATOMIC_RELAXED);
+}
+
+/* HLT (F4) or MWAIT (0F 01 C9), after legacy prefixes: where the vCPU idles */
+static int is_idle_insn(const uint8_t *d, size_t len)
+{
+	size_t i = 0;
+
+	while (i < len && (d[i] == 0x66 || d[i] == 0x67 || d[i] == 0xf2 || d[i] == 0xf3 || d[i] == 0xf0 ||
+			   d[i] == 0x2e || d[i] == 0x3e || d[i] == 0x26 || d[i] == 0x36 || d[i] == 0x64 ||
+			   d[i] == 0x65 || (d[i] & 0xf0) == 0x40))
+		i++;
+	if (i < len && d[i] == 0xf4)
+		return 1;
+	return i + 2 < len && d[i] == 0x0f && d[i + 1] == 0x01 && d[i + 2] == 0xc9;
+}
+
+static void watch_points(struct qemu_plugin_insn *insn, const uint8_t *data, size_t size, uint64_t left)
+{
+	uint64_t vaddr = qemu_plugin_insn_vaddr(insn);
+
+	for (unsigned int k = 0; k < npoints; k++)
+		if (points[k].vaddr == vaddr)
+			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_point, QEMU_PLUGIN_CB_NO_REGS,
+							       (void *)(uintptr_t)(k | left << UD_LEFT_SHIFT));
+	if (is_idle_insn(data, size))
+		qemu_plugin_register_vcpu_insn_exec_cb(insn, on_halt, QEMU_PLUGIN_CB_NO_REGS, NULL);
+}
+
 static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 {
 	size_t n = qemu_plugin_tb_n_insns(tb);
@@ -491,6 +573,9 @@ static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 	for (size_t i = 0; i < n; i++) {
 		struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
 		struct insn_kind k = insnclass_decode(qemu_plugin_insn_data(insn), qemu_plugin_insn_size(insn));
+
+		if (npoints)
+			watch_points(insn, qemu_plugin_insn_data(insn), qemu_plugin_insn_size(insn), n - i);
 
 		if (k.marker != MARK_NONE) {
 			uintptr_t u = (uintptr_t)k.marker | (uintptr_t)!!k.selected << 2 | (uintptr_t)k.region << 3
@@ -532,6 +617,24 @@ static void put_profile(FILE *f)
 			first = 0;
 		}
 	fprintf(f, "%s]", first ? "" : "\n ");
+}
+
+/* "halts": N, "points": [{"vaddr": A, "insns": N|null, "halts": N, "wall_ns": N}, ...] */
+static void put_points(FILE *f)
+{
+	fprintf(f, ",\n \"halts\": %llu, \"points\": [", (unsigned long long)halts);
+	for (unsigned int k = 0; k < npoints; k++) {
+		struct point *p = &points[k];
+
+		fprintf(f, "%s\n  {\"vaddr\": %llu, ", k ? "," : "", (unsigned long long)p->vaddr);
+		if (p->seen)
+			fprintf(f, "\"insns\": %llu, \"halts\": %llu, \"wall_ns\": %llu}",
+				(unsigned long long)p->insns, (unsigned long long)p->halts,
+				(unsigned long long)p->wall_ns);
+		else
+			fprintf(f, "\"insns\": null, \"halts\": null, \"wall_ns\": null}");
+	}
+	fprintf(f, "%s]", npoints ? "\n " : "");
 }
 
 static void write_report(qemu_plugin_id_t id, void *udata)
@@ -610,12 +713,43 @@ static void write_report(qemu_plugin_id_t id, void *udata)
 		first = 0;
 	}
 	fprintf(f, "%s]", first ? "" : "\n ");
+	if (npoints)
+		put_points(f);
 	if (profile)
 		put_profile(f);
 	fprintf(f, "}\n");
 	if (fclose(f) != 0 || rename(tmp, out_path) != 0)
 		fprintf(stderr, "insnclass: cannot write %s: %s\n", out_path, strerror(errno));
 	free(tmp);
+}
+
+/* at=ADDR:ADDR:...: hexadecimal addresses, with or without 0x */
+static int parse_points(const char *text)
+{
+	const char *p = text;
+
+	while (*p) {
+		char *end;
+		unsigned long long v;
+
+		if (npoints == MAX_POINTS) {
+			fprintf(stderr, "insnclass: at= takes at most %d addresses\n", MAX_POINTS);
+			return -1;
+		}
+		errno = 0;
+		v = strtoull(p, &end, 16);
+		if (end == p || errno || (*end && *end != ':')) {
+			fprintf(stderr, "insnclass: at=%s: not hexadecimal addresses separated by ':'\n", text);
+			return -1;
+		}
+		points[npoints++].vaddr = v;
+		p = *end ? end + 1 : end;
+	}
+	if (!npoints) {
+		fprintf(stderr, "insnclass: at= names no address\n");
+		return -1;
+	}
+	return 0;
 }
 
 QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc,
@@ -632,9 +766,12 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
 			inline_arg = 0;
 		else if (!strcmp(argv[i], "profile=on"))
 			profile = 1;
-		else {
-			fprintf(stderr, "insnclass: unknown argument '%s' (out=PATH, inline=on|off, profile=on)\n",
-				argv[i]);
+		else if (!strncmp(argv[i], "at=", 3)) {
+			if (parse_points(argv[i] + 3))
+				return -1;
+		} else {
+			fprintf(stderr, "insnclass: unknown argument '%s' (out=PATH, inline=on|off, profile=on, "
+				"at=ADDR:...)\n", argv[i]);
 			return -1;
 		}
 	}
@@ -648,6 +785,10 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
 	}
 	/* user mode has a vCPU per guest thread, system emulation max_vcpus */
 	nvcpus = info->system_emulation && info->system.max_vcpus > 0 ? (unsigned int)info->system.max_vcpus : 64;
+	if (npoints && nvcpus != 1) {
+		fprintf(stderr, "insnclass: at= needs one vCPU (-smp 1), not %u\n", nvcpus);
+		return -1;
+	}
 	if (profile && nvcpus != 1) {
 		fprintf(stderr, "insnclass: profile=on needs one vCPU (-smp 1), not %u\n", nvcpus);
 		return -1;
@@ -659,6 +800,7 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
 		vcpus[v].region = -1;
 	use_inline = inline_arg >= 0 ? inline_arg
 		: info->system_emulation && info->system.max_vcpus == 1;
+	wall_start_ns = wall_now_ns();
 	qemu_plugin_register_vcpu_tb_trans_cb(id, on_translate);
 	qemu_plugin_register_atexit_cb(id, write_report, NULL);
 	return 0;

@@ -55,15 +55,21 @@ def build_static(sources: list[Path], out: Path, freestanding: bool = False,
         what=f"compiling {', '.join(s.name for s in sources)}")
 
 
+# init's code lies far above an ordinary static program's (0x400000), so
+# that no address of the application is also one of init's: `ukl bench boot`
+# finds the application's main() by its address.
+INIT_LINK_FLAGS = ["-Wl,-Ttext-segment=0x10000000"]
+
+
 def init_binary() -> Path:
-    """guest/init.c, compiled once per content."""
+    """guest/init.c, compiled once per content (and link flags)."""
     src = GUEST_DIR / "init.c"
-    digest = hashlib.sha256(src.read_bytes()).hexdigest()[:12]
+    digest = hashlib.sha256(src.read_bytes() + " ".join(INIT_LINK_FLAGS).encode()).hexdigest()[:12]
     out = cache_dir() / "bin" / f"ukl-init-{digest}"
     if not out.is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(".partial")
-        build_static([src], tmp)
+        build_static([src], tmp, extra=INIT_LINK_FLAGS)
         tmp.rename(out)
     return out
 

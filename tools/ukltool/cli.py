@@ -23,6 +23,7 @@ from ukltool import (
     appcycles,
     apptest,
     bench,
+    bootbench,
     cyclemodel,
     glibctests,
     hostbench,
@@ -322,6 +323,7 @@ def parser() -> argparse.ArgumentParser:
     rb.add_argument("--from-json", type=Path, metavar="FILE",
                     help="do not run: report the results saved in FILE (by --json)")
     rb.set_defaults(func=cmd_bench_remote)
+    _bench_boot_parser(bs)
 
     for name in [*appbench.names(), "apps"]:
         what = "every application with a [bench] recipe section" if name == "apps" else f"the {name} recipe"
@@ -544,6 +546,57 @@ def cmd_bench(a: argparse.Namespace) -> int:
         bench.plot(report, a.plot)
     if a.markdown:
         a.markdown.write_text(bench.markdown(report, a.plot))
+    return 0
+
+
+def _bench_boot_parser(bs: argparse._SubParsersAction) -> None:
+    bb = bs.add_parser("boot", help="image size, boot time to main() (and a server's first answer), least memory",
+                       description="Build each application for each configuration and measure: the image's "
+                       "bytes (bzImage, initramfs) and vmlinux's text/data/bss; the guest time and instructions "
+                       "from the kernel's first instruction to main() (and for a server to its first answer to "
+                       "the recipe's readiness probe), with the wall time under TCG beside them; and the least "
+                       "memory (-m, MiB) at which the application passes its smoke test, by bisection "
+                       "(docs/results-boot.md).")
+    bb.add_argument("--apps", default="hello", metavar="LIST",
+                    help="comma-separated recipe names, directories or C files (default hello)")
+    bb.add_argument("--configs", default="linux,base", help="comma-separated (default linux,base)")
+    bb.add_argument("--icount", action="store_true",
+                    help="deterministic guest time: -icount shift=0,sleep=off (without it: instructions and wall "
+                    "time only)")
+    bb.add_argument("--repeat", type=_count, default=1, metavar="N",
+                    help="boot each image N times to main() (default 1); each run's instructions are kept")
+    bb.add_argument("--memory", type=_count, default=bootbench.MEASURE_MEMORY, metavar="MIB",
+                    help=f"-m of the boot measurement (default {bootbench.MEASURE_MEMORY})")
+    bb.add_argument("--memory-range", default="{}:{}".format(*bootbench.MEMORY_RANGE), metavar="LO:HI",
+                    help="the least memory's bisection bounds in MiB (default {}:{})".format(*bootbench.MEMORY_RANGE))
+    bb.add_argument("--memory-steps", type=int, default=bootbench.MEMORY_STEPS, metavar="N",
+                    help=f"boots of the bisection after the upper bound's (default {bootbench.MEMORY_STEPS}; "
+                    "0: only check the upper bound)")
+    bb.add_argument("--timeout", type=_positive, default=600.0, metavar="S", help="per boot (default 600)")
+    bb.add_argument("--json", type=Path, metavar="FILE", help="write the rows as JSON (after each one)")
+    bb.add_argument("--markdown", type=Path, metavar="FILE.md", help="write the report as Markdown")
+    bb.add_argument("--plot", type=Path, metavar="FILE.png", help="draw sizes, boot times and memory")
+    bb.add_argument("--from-json", type=Path, metavar="FILE",
+                    help="do not run: report the results saved in FILE (by --json)")
+    bb.set_defaults(func=cmd_bench_boot)
+
+
+def cmd_bench_boot(a: argparse.Namespace) -> int:
+    if a.from_json:
+        report = bootbench.load_json(a.from_json)
+    else:
+        if a.memory_steps < 0:
+            raise UklError(f"--memory-steps {a.memory_steps}: must be 0 or more", "e.g. --memory-steps 6")
+        report = bootbench.run(bootbench.names(a.apps, "--apps"), bootbench.names(a.configs, "--configs"),
+                               a.icount, a.repeat, bootbench.parse_range(a.memory_range), a.memory_steps,
+                               a.timeout, a.memory, (lambda r: bootbench.save_json(r, a.json)) if a.json else None)
+    bootbench.show(report)
+    if a.json:
+        bootbench.save_json(report, a.json)
+    if a.plot:
+        bootbench.plot(report, a.plot)
+    if a.markdown:
+        a.markdown.write_text(bootbench.markdown(report, a.plot, a.markdown))
     return 0
 
 

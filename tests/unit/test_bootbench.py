@@ -1,0 +1,254 @@
+"""`ukl bench boot`'s logic without a VM: names, sizes, the plugin's points,
+the boot timeline, the memory bisection and the reports."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ukltool import bootbench, cli, initramfs
+from ukltool.bootbench import Hit
+from ukltool.errors import UklError
+
+
+def test_names_keep_order_drop_repeats_and_refuse_nothing():
+    assert bootbench.names(" hello, redis,hello ,", "--apps") == ["hello", "redis"]
+    with pytest.raises(UklError, match="names nothing"):
+        bootbench.names(" , ", "--apps")
+
+
+def test_apps_resolve_as_ukl_build_takes_them(tmp_path):
+    src = tmp_path / "prog.c"
+    src.write_text("int main(void) { return 0; }\n")
+    assert bootbench.resolve_app(str(src)) == bootbench.Target("prog", sources=[src])
+    assert bootbench.resolve_app(str(tmp_path)).sources == [tmp_path]
+    t = bootbench.resolve_app("redis")
+    assert t.recipe is not None and t.label == "redis"
+    with pytest.raises(UklError, match="neither a file, a directory nor a recipe"):
+        bootbench.resolve_app("no-such-app")
+    with pytest.raises(UklError, match="does not exist"):
+        bootbench.resolve_app(str(tmp_path / "missing.c"))
+    with pytest.raises(UklError, match="library recipe"):
+        bootbench.resolve_app("libevent")
+
+
+def test_unknown_configuration_is_an_error():
+    with pytest.raises(UklError):
+        bootbench.check_configs(["linux", "no-such-config"])
+
+
+def test_servers_are_the_recipes_with_a_readiness_probe():
+    redis = bootbench.resolve_app("redis").recipe
+    assert bootbench.server_probe(redis) == (6379, b"PING\r\n")
+    assert bootbench.server_probe(bootbench.resolve_app("sqlite3").recipe) is None
+    assert bootbench.server_probe(None) is None
+
+
+def test_elf_sizes_agree_with_binutils_size():
+    size = shutil.which("size")
+    if size is None:
+        pytest.skip("binutils' size is not installed")
+    exe = Path(sys.executable).resolve()
+    out = subprocess.run([size, "-B", str(exe)], capture_output=True, text=True, check=True).stdout
+    text, data, bss = (int(x) for x in out.splitlines()[1].split()[:3])
+    assert bootbench.elf_sizes(exe) == (text, data, bss)
+
+
+def test_cpio_member_reads_what_initramfs_writes(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_bytes(b"first")
+    b.write_bytes(b"second file, odd length")
+    spec = initramfs.Spec().dir("/bin").file("/bin/a", a).file("/init", b)
+    initramfs.write(spec, tmp_path / "x.cpio")
+    archive = (tmp_path / "x.cpio").read_bytes()
+    assert bootbench.cpio_member(archive, "/init") == b.read_bytes()
+    assert bootbench.cpio_member(archive, "/bin/a") == b"first"
+    with pytest.raises(UklError, match="no /bin/c"):
+        bootbench.cpio_member(archive, "/bin/c")
+
+
+def header(version: int, loadflags: int) -> bytes:
+    img = bytearray(0x400)
+    img[0x202:0x206] = b"HdrS"
+    img[0x206:0x208] = version.to_bytes(2, "little")
+    img[0x211] = loadflags
+    return bytes(img)
+
+
+def test_setup_entry_follows_qemus_kernel_loader():
+    assert bootbench.setup_entry(header(0x20f, 1)) == (0x10200, 0x100000)
+    assert bootbench.setup_entry(header(0x201, 1)) == (0x90200, 0x100000)
+    assert bootbench.setup_entry(header(0x20f, 0)) == (0x90200, 0x10000)
+    with pytest.raises(UklError, match="boot protocol header"):
+        bootbench.setup_entry(bytes(0x400))
+
+
+REPORT = {"plugin": "insnclass", "format": 1, "halts": 0, "points": [
+    {"vaddr": 1, "insns": 1000, "halts": 0, "wall_ns": 10_000_000},
+    {"vaddr": 2, "insns": 1100, "halts": 0, "wall_ns": 11_000_000},
+    {"vaddr": 3, "insns": 5000, "halts": 0, "wall_ns": 20_000_000},
+    {"vaddr": 4, "insns": 90_000, "halts": 3, "wall_ns": 900_000_000},
+    {"vaddr": 5, "insns": 91_000, "halts": 3, "wall_ns": 910_000_000},
+    {"vaddr": 6, "insns": 95_000, "halts": 4, "wall_ns": 950_000_000}]}
+
+
+def test_points_and_console_stamps_are_read():
+    hits = bootbench.read_points(json.dumps(REPORT), "r")
+    assert hits[0] == Hit(1000, 0, 10_000_000) and len(hits) == 6
+    none = {**REPORT, "points": [{"vaddr": 1, "insns": None, "halts": None, "wall_ns": None}]}
+    assert bootbench.read_points(json.dumps(none), "r") == [None]
+    with pytest.raises(UklError, match="cannot read the boot points"):
+        bootbench.read_points("{}", "r")
+    console = "[ 0.1] x\nukl-init: stamp tsc 123\r\nukl-init: reply tsc 456\n"
+    assert bootbench.console_tsc(console, "stamp") == 123
+    assert bootbench.console_tsc(console, "reply") == 456
+    assert bootbench.console_tsc("nothing", "stamp") is None
+
+
+def test_timeline_adds_the_idle_time_read_at_inits_stamp():
+    hits = bootbench.read_points(json.dumps(REPORT), "r")
+    # TSC at the stamp 150,000: 60,000 ns idled before it (3 halts)
+    t = bootbench.timeline(hits, 150_000, 200_000, icount=True)
+    assert t.instructions == 90_000
+    assert t.clock_offset_ns == 60_000
+    assert t.ns == 90_000 + 60_000
+    assert t.wall_ms == pytest.approx(900.0)
+    assert t.reply_instructions == 94_000 and t.reply_ns == 199_000
+    assert t.phases == {"setup..decompressor": 100, "decompressor..kernel": 3900, "kernel..init": 85_000,
+                        "init..main": 1000, "main..reply": 4000}
+    assert t.exact and not t.notes
+
+
+def test_timeline_marks_what_it_cannot_know():
+    idled = json.loads(json.dumps(REPORT))
+    idled["points"][0]["halts"] = 2        # the firmware idled
+    idled["points"][4]["halts"] = 5        # the CPU idled between the stamp and main()
+    t = bootbench.timeline(bootbench.read_points(json.dumps(idled), "r"), 150_000, None, icount=True)
+    assert not t.exact and len(t.notes) == 2
+    plain = bootbench.timeline(bootbench.read_points(json.dumps(REPORT), "r"), None, None, icount=False)
+    assert plain.ns is None and plain.instructions == 90_000 and plain.reply_instructions == 94_000
+    with pytest.raises(UklError, match="no time stamp"):
+        bootbench.timeline(bootbench.read_points(json.dumps(REPORT), "r"), None, None, icount=True)
+    missing = json.loads(json.dumps(REPORT))
+    missing["points"][4] = {"vaddr": 5, "insns": None, "halts": None, "wall_ns": None}
+    with pytest.raises(UklError, match="never reached main"):
+        bootbench.timeline(bootbench.read_points(json.dumps(missing), "r"), 1, None, icount=True)
+
+
+def fits(least: int):
+    booted: list[int] = []
+
+    def ok(mib: int) -> bool:
+        booted.append(mib)
+        return mib >= least
+    return ok, booted
+
+
+@pytest.mark.parametrize("least", [9, 20, 37, 500, 1024])
+def test_bisection_finds_the_least_memory_with_enough_steps(least):
+    ok, booted = fits(least)
+    found, trials = bootbench.bisect_memory(ok, 8, 1024, 20)
+    assert found == least
+    assert trials[0] == (1024, True) and [m for m, _ in trials] == booted
+    assert all(passed == (m >= least) for m, passed in trials)
+    assert len(trials) <= 1 + 13      # about log2(1016) bisections, a few more in log space
+    if least > 9:
+        assert (least - 1, False) in trials
+
+
+def test_bisection_is_bounded_and_brackets_the_answer():
+    ok, booted = fits(37)
+    found, trials = bootbench.bisect_memory(ok, 8, 1024, 4)
+    assert len(booted) == 5 and found is not None and found >= 37
+    failed = [m for m, p in trials if not p]
+    assert not failed or max(failed) < 37
+    ok, booted = fits(2000)
+    assert bootbench.bisect_memory(ok, 8, 1024, 6) == (None, [(1024, False)])
+    ok, booted = fits(1)
+    assert bootbench.bisect_memory(ok, 8, 1024, 0) == (1024, [(1024, True)])
+
+
+def test_memory_range_is_checked():
+    assert bootbench.parse_range("8:1024") == (8, 1024)
+    for bad in ("8", "x:9", "9:8", "0:4"):
+        with pytest.raises(UklError, match="--memory-range"):
+            bootbench.parse_range(bad)
+
+
+def row(app: str, config: str, **kw) -> bootbench.Row:
+    base = dict(app=app, config=config, specialized=False, kernel_release="6.1.192-ukl", image_bytes=4_100_000,
+                kernel_bytes=3_300_000, initramfs_bytes=800_000, text_bytes=20_000_000, data_bytes=5_000_000,
+                bss_bytes=2_000_000, memory_mib=1024, boot_to_main_ns=309_000_000,
+                boot_to_main_instructions=309_020_000, boot_to_main_wall_ms=5200.0, clock_offset_ns=-20_000,
+                first_reply_ns=None, first_reply_instructions=None, first_reply_wall_ms=None, min_memory_mib=40,
+                memory_trials=[(1024, True), (40, True), (39, False)], runs_instructions=[309_020_000],
+                phases={"setup..decompressor": 13_000, "decompressor..kernel": 150_000_000}, exact=True, notes=[])
+    base.update(kw)
+    return bootbench.Row(**base)  # type: ignore[arg-type]
+
+
+def sample() -> bootbench.Report:
+    return bootbench.Report(True, "x86_64, test", "QEMU emulator version 7.2", (8, 1024), 6, [
+        row("hello", "linux"), row("hello", "base", exact=False, notes=["the CPU idled"]),
+        row("redis", "base", first_reply_ns=400_000_000, first_reply_instructions=390_000_000,
+            first_reply_wall_ms=8000.0, min_memory_mib=None, memory_trials=[(1024, False)])])
+
+
+def test_json_round_trip_has_the_issues_fields(tmp_path):
+    path = tmp_path / "boot.json"
+    bootbench.save_json(sample(), path)
+    rows = json.loads(path.read_text())["rows"]
+    for key in ("app", "config", "specialized", "image_bytes", "kernel_bytes", "initramfs_bytes", "boot_to_main_ns",
+                "boot_to_main_instructions", "first_reply_ns", "min_memory_mib", "text_bytes", "data_bytes",
+                "bss_bytes", "boot_to_main_wall_ms", "first_reply_wall_ms"):
+        assert all(key in r for r in rows), key
+    assert bootbench.load_json(path) == sample()
+    path.write_text("{}")
+    with pytest.raises(UklError, match="cannot read boot benchmark results"):
+        bootbench.load_json(path)
+
+
+def test_markdown_shows_ours_beside_the_peers_with_sources(tmp_path):
+    md = bootbench.markdown(sample(), tmp_path / "boot.png", tmp_path / "boot.md")
+    assert "| hello | linux | 4.10 (3.30 + 0.80) | 20.00 / 5.00 / 2.00 | 309.0 |" in md
+    assert "309.0 *" in md and "the CPU idled" in md          # an inexact row is marked
+    assert "| 400.0 |" in md and "wall, TCG" in md
+    assert "40 (fails at 39)" in md
+    assert "![boot figures](boot.png)" in md
+    for peer in bootbench.load_peers():
+        assert peer.name in md and peer.source in md
+    assert "Lupine" in md and "Unikraft" in md and "hckuo2/Lupine-Linux" in md and "eurosys21-artifacts" in md
+
+
+def test_peers_file_has_sources_and_the_issues_figures():
+    peers = {p.name.split(" (")[0]: p for p in bootbench.load_peers()}
+    assert peers["Lupine"].image_mb == {"hello": 1.72, "redis": 2.60, "nginx": 3.64}
+    assert peers["Unikraft"].min_memory_mb == {"hello": 2, "redis": 7, "nginx": 5}
+    assert all(p.source for p in peers.values())
+
+
+def test_table_and_plot(tmp_path):
+    t = bootbench.table(sample())
+    assert t.row_count == 3 and any("wall, TCG" in str(c.header) for c in t.columns)
+    bootbench.plot(sample(), tmp_path / "p.png")
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_reports_bad_input_without_a_traceback(capsys, tmp_path):
+    assert cli.main(["bench", "boot", "--apps", "no-such-app", "--configs", "linux"]) == 2
+    err = capsys.readouterr().err
+    assert "neither a file, a directory nor a recipe" in err and "Traceback" not in err
+    assert cli.main(["bench", "boot", "--apps", "hello", "--configs", "no-such-config"]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+    assert cli.main(["bench", "boot", "--memory-range", "9:8"]) == 2
+    assert "--memory-range" in capsys.readouterr().err
+    path = tmp_path / "r.json"
+    bootbench.save_json(sample(), path)
+    assert cli.main(["bench", "boot", "--from-json", str(path), "--markdown", str(tmp_path / "r.md")]) == 0
+    assert re.search(r"\| redis \| base \|", (tmp_path / "r.md").read_text())
