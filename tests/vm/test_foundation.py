@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 
 from conftest import REPO, assert_clean, build, ukl
 
@@ -26,6 +28,18 @@ def test_args_file_fds_and_exit_status(basics_linux):
     fds = re.findall(r"^fd: (\d+)$", res.stdout, re.M)
     assert {"0", "1", "2"} <= set(fds), res.stdout
     assert_clean(basics_linux / "console.log")
+
+
+def test_a_log_into_a_device_makes_no_file_beside_it(basics_linux, tmp_path):
+    """`--log /dev/null` writes the console into the device; the QEMU
+    command line goes to OUTDIR, not beside the device (into /dev). A
+    private null device stands in for /dev/null."""
+    null = tmp_path / "null"
+    os.mknod(null, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    res = ukl("run", basics_linux, "--log", null, "--", "all", "two words", "42")
+    assert res.returncode == 42 and "arg 2: two words" in res.stdout, res.stdout
+    assert stat.S_ISCHR(null.stat().st_mode) and sorted(p.name for p in tmp_path.iterdir()) == ["null"]
+    assert "qemu-system-x86_64" in (basics_linux / "null.cmd").read_text()
 
 
 def test_sigsegv_is_139(basics_linux):

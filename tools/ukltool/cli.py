@@ -502,7 +502,8 @@ def cmd_run(a: argparse.Namespace) -> int:
                                  forwards=forwards, tap=a.tap, smp=run_smp(a.smp, a.icount), verbose=a.verbose,
                                  interactive=a.shell, accel=None if a.accel == "auto" else a.accel,
                                  remote=a.remote.resolve() if a.remote else None,
-                                 remote_idle_us=a.remote_idle_us, remote_notify=a.remote_notify))
+                                 remote_idle_us=a.remote_idle_us, remote_notify=a.remote_notify,
+                                 side_dir=a.outdir))
     if res.failures:
         ui.err.print(f"[bold red]ukl: the kernel failed[/] (log: {log}):")
         for line in res.failures[:40]:
@@ -510,7 +511,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     elif res.timed_out:
         ui.err.print(f"[bold red]ukl: timed out[/] after {a.timeout:.0f}s (log: {log})")
     elif res.code == vm.EXIT_SHADOW_DIED:
-        ui.err.print(f"[bold red]ukl: the remote shadow process ended[/] (log: {log.with_name('shadow.log')})")
+        ui.err.print(f"[bold red]ukl: the remote shadow process ended[/] (log: {a.outdir / 'shadow.log'})")
     elif res.status is None:
         ui.err.print(f"[bold red]ukl: the VM ended without reporting a status[/] (log: {log})")
     return res.code

@@ -51,6 +51,7 @@ class RunSpec:
     remote: Path | None = None  # remote system calls: the shadow's directory on the host (ukltool.remote)
     remote_idle_us: int = 1000  # the shadow polls this long after a request before it sleeps (-1: always)
     remote_notify: str = "poll"  # how a guest thread waits for the host unless it chooses (remote.NOTIFY_MODES)
+    side_dir: Path | None = None  # where LOG.cmd and the shadow's log go (default: beside the log)
 
 
 @dataclass
@@ -271,6 +272,9 @@ def boot(spec: RunSpec) -> RunResult:
     # -icount needs TCG
     accel = "tcg" if spec.icount else choose_accel(qemu, spec.bzimage, spec.accel)
     spec.log.parent.mkdir(parents=True, exist_ok=True)
+    # The files beside the console log: never made beside a device such as
+    # --log /dev/null (that would write into /dev)
+    side = spec.side_dir or spec.log.parent
     with tempfile.TemporaryDirectory(prefix="ukl-run-") as td:
         initrd = Path(td) / "initrd.cpio"
         with open(initrd, "wb") as out:
@@ -282,10 +286,10 @@ def boot(spec: RunSpec) -> RunResult:
             if spec.remote is not None:
                 # Before QEMU: the shadow writes the ring's header QEMU's guest checks
                 shadow = stack.enter_context(remote.Shadow(spec.remote, remote.parse_memory(spec.memory),
-                                                           spec.log.with_name("shadow.log"), spec.remote_idle_us,
+                                                           side / "shadow.log", spec.remote_idle_us,
                                                            notify=spec.remote_notify))
             cmd = qemu_command(qemu, spec, accel, initrd, status_file, shadow)
-            (spec.log.with_suffix(".cmd")).write_text(" ".join(cmd) + "\n")
+            (side / f"{spec.log.stem}.cmd").write_text(" ".join(cmd) + "\n")
             start = time.monotonic()
             timed_out = False
             with open(spec.log, "wb") as logf:
