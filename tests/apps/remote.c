@@ -141,7 +141,7 @@ static int files(void)
 	say("read the rest", ukl_tcp_read(fd, line, sizeof(line) - 1));
 	printf("the rest is the constant: %d\n", !strcmp(line, rodata_msg));
 	say("read at the end", read(fd, line, sizeof(line)));
-	say("read into rodata", read(fd, (void *)rodata_msg, 1));
+	say("read into rodata", pread(fd, (void *)rodata_msg, 1, 0));
 	say("close", close(fd));
 
 	/* stdio: openat, newfstatat(AT_EMPTY_PATH), read, close */

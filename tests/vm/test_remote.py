@@ -28,6 +28,7 @@ import pytest
 from conftest import REPO, assert_clean, build, ukl
 
 SRC = REPO / "tests" / "apps" / "remote.c"
+SRC_LINUX = REPO / "tests" / "apps" / "remote_linux.c"
 MIB = 1 << 20
 BIG = 64 * MIB
 NOBODY = 65534
@@ -61,7 +62,7 @@ FILES = [
     "stat in.txt: 0", f"in.txt size: {len(IN_TXT)}",
     "lstat inside-link: 0", "inside-link is a symlink: 1", "open inside-link: remote fd",
     "open sub: remote fd", "openat sub deep.txt: remote fd", "read deep.txt: 5", "fstatat sub deep.txt: 0",
-    "openat sub ../in.txt: -1 Invalid cross-device link",
+    "openat sub ../in.txt: remote fd",
     "openat sub ../../outside.txt: -1 Invalid cross-device link",
     "open ../outside.txt: -1 Invalid cross-device link", "open /etc/passwd: -1 Invalid cross-device link",
     "open escape-link/passwd: -1 Invalid cross-device link",
@@ -176,6 +177,37 @@ def test_remote_files(outdir, tmp_path, ordinary, config, notify):
     assert int(stats["zero-copy"]) >= BIG and int(stats["inline"]) < MIB, log
     rss = re.search(r"rss-anon-kb=(\d+)", log)
     assert rss and int(rss[1]) < 16 * 1024, log  # no private copy of what it moved
+    assert_clean(image / "console.log")
+
+
+def remote_linux_lines(stdout: str) -> list[str]:
+    lines = app_lines(stdout, "remote-linux begin")
+    return lines[:lines.index("remote-linux end") + 1] if "remote-linux end" in lines else lines
+
+
+def test_remote_calls_answer_as_linux(outdir, tmp_path):
+    """Issue 34: tests/apps/remote_linux.c on local files under linux, and on
+    remote files under base, prints the same lines: every error and its
+    order (bad buffers, vectors, offsets, whence, modes, directories, ".."
+    from a subdirectory), and a read or write of several round trips goes
+    on with its file while another thread closes the descriptor and opens
+    another file under the same number. One boot per configuration."""
+    linux = build(SRC_LINUX, "linux", outdir / "remote-linux-linux", "--userspace")
+    res = ukl("run", linux, "--timeout", "300", "--sh", "$UKL_APP local")
+    assert res.returncode == 0, res.stdout
+    want = remote_linux_lines(res.stdout)
+    assert want[-1:] == ["remote-linux end"], res.stdout
+    assert "read race: 0 rounds wrong, fd reused: 1" in want and \
+        "write race: 0 rounds wrong, fd reused: 1" in want, res.stdout
+    image = build(SRC_LINUX, "base", outdir / "remote-linux-base", "--userspace")
+    d = tmp_path / "dir"
+    d.mkdir()
+    os.chmod(tmp_path, 0o755)
+    if os.geteuid() == 0:
+        os.chown(d, NOBODY, NOBODY)
+    res = ukl("run", image, "--remote", str(d), "--timeout", "300", "--sh", "$UKL_APP remote")
+    assert res.returncode == 0, res.stdout
+    assert remote_linux_lines(res.stdout) == want, res.stdout
     assert_clean(image / "console.log")
 
 
