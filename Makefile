@@ -55,3 +55,12 @@ results-apps: setup
 		--configs linux,base,base+ret+byp,base+ret+byp+shortcut --repeat 3 \
 		--markdown docs/results-apps-wall-profiles-servers.md --json docs/results-apps-wall-profiles-servers.json \
 		--plot docs/results-apps-wall-profiles-servers.png
+
+# Boot figures in docs/: image sizes, guest time from the kernel's first
+# instruction to main() (and a server's first answer) under -icount, and the
+# least memory each application's smoke test runs in (bisection), beside
+# Lupine's and Unikraft's published figures (issue 36).
+.PHONY: results-boot
+results-boot: setup
+	./ukl bench boot --apps hello,redis,nginx,memcached,sqlite3 --configs linux,base --icount \
+		--markdown docs/results-boot.md --json docs/results-boot.json --plot docs/results-boot.png

@@ -252,3 +252,8 @@ def test_cli_reports_bad_input_without_a_traceback(capsys, tmp_path):
     bootbench.save_json(sample(), path)
     assert cli.main(["bench", "boot", "--from-json", str(path), "--markdown", str(tmp_path / "r.md")]) == 0
     assert re.search(r"\| redis \| base \|", (tmp_path / "r.md").read_text())
+
+
+def test_reports_merge_in_turn(tmp_path):
+    merged = bootbench.merge([sample(), sample()])
+    assert len(merged.rows) == 6 and merged.memory_range == (8, 1024)

@@ -507,6 +507,13 @@ def load_json(path: Path) -> Report:
                        "give a file written by `ukl bench boot --json`") from None
 
 
+def merge(reports: list[Report]) -> Report:
+    """The rows of REPORTS in turn, under the first one's settings."""
+    first = reports[0]
+    return Report(first.icount, first.machine, first.qemu, first.memory_range, first.memory_steps,
+                  [r for rep in reports for r in rep.rows])
+
+
 @dataclass
 class Peer:
     name: str

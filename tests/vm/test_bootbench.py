@@ -1,0 +1,58 @@
+"""`ukl bench boot`, CI-sized: examples/hello/hello.c under linux and base,
+under --icount, twice each, with a short memory bisection (16..256 MiB, two
+boots after the upper bound's). The sizes are the files', the boot span is
+inside the whole run, runs repeat exactly, and the least memory found
+booted where the next smaller size tried did not."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+from conftest import ukl
+from ukltool.paths import cache_dir
+
+
+def test_boot_benchmark_of_hello(tmp_path):
+    out = tmp_path / "boot.json"
+    res = ukl("bench", "boot", "--apps", "examples/hello/hello.c", "--configs", "linux,base", "--icount",
+              "--repeat", "2", "--memory-range", "16:256", "--memory-steps", "2", "--json", out,
+              "--markdown", tmp_path / "boot.md", "--plot", tmp_path / "boot.png", timeout=900)
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = {r["config"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"linux", "base"}
+    for config, r in rows.items():
+        image = cache_dir() / "bench" / "boot" / f"hello-{config}"
+        manifest = json.loads((image / "manifest.json").read_text())
+        assert r["app"] == "hello" and r["specialized"] is False
+        # sizes are the files'; text/data/bss as binutils' size counts them
+        assert r["kernel_bytes"] == (image / "bzImage").stat().st_size
+        assert r["initramfs_bytes"] == (image / "initramfs.cpio").stat().st_size
+        assert r["image_bytes"] == r["kernel_bytes"] + r["initramfs_bytes"]
+        size = shutil.which("size")
+        if size:
+            berkeley = subprocess.run([size, "-B", str(cache_dir() / manifest["vmlinux"])], capture_output=True,
+                                      text=True, check=True).stdout.splitlines()[1].split()
+            assert [r["text_bytes"], r["data_bytes"], r["bss_bytes"]] == [int(x) for x in berkeley[:3]]
+        # the span to main() is part of the run, and runs repeat exactly under --icount
+        whole = json.loads((image / "bootbench-points.json").read_text())["total"]["insns"]
+        assert 0 < r["boot_to_main_instructions"] < whole, (r, whole)
+        assert r["runs_instructions"] == [r["boot_to_main_instructions"]] * 2, r
+        # nothing idles on this path: guest time is the instructions, up to the plugin's overcount
+        assert r["exact"], r["notes"]
+        assert abs(r["boot_to_main_ns"] - r["boot_to_main_instructions"]) < 0.001 * r["boot_to_main_instructions"]
+        assert sum(r["phases"].values()) == r["boot_to_main_instructions"]
+        assert r["boot_to_main_wall_ms"] > 0 and r["first_reply_ns"] is None
+        # the least memory booted and passed; the next smaller size tried did not
+        trials = [(m, ok) for m, ok in r["memory_trials"]]
+        least = r["min_memory_mib"]
+        assert least is not None and (least, True) in trials, trials
+        failed = [m for m, ok in trials if not ok]
+        assert failed and max(failed) < least, trials
+        assert all(ok == (m >= least) for m, ok in trials), trials
+    # UKL's main() is the kernel's ukl_main; linux's the program's: both reached, after init's stamp
+    assert rows["base"]["phases"]["init..main"] > 0 and rows["linux"]["phases"]["init..main"] > 0
+    md = (tmp_path / "boot.md").read_text()
+    assert "| hello | base |" in md and "Lupine" in md and "Unikraft" in md
+    assert (tmp_path / "boot.png").stat().st_size > 10000
