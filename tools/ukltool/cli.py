@@ -577,14 +577,15 @@ def _bench_boot_parser(bs: argparse._SubParsersAction) -> None:
     bb.add_argument("--json", type=Path, metavar="FILE", help="write the rows as JSON (after each one)")
     bb.add_argument("--markdown", type=Path, metavar="FILE.md", help="write the report as Markdown")
     bb.add_argument("--plot", type=Path, metavar="FILE.png", help="draw sizes, boot times and memory")
-    bb.add_argument("--from-json", type=Path, metavar="FILE",
-                    help="do not run: report the results saved in FILE (by --json)")
+    bb.add_argument("--from-json", type=Path, action="append", default=[], metavar="FILE",
+                    help="do not run: report the results saved in FILE (by --json); repeatable: the files' rows "
+                    "in turn")
     bb.set_defaults(func=cmd_bench_boot)
 
 
 def cmd_bench_boot(a: argparse.Namespace) -> int:
     if a.from_json:
-        report = bootbench.load_json(a.from_json)
+        report = bootbench.merge([bootbench.load_json(f) for f in a.from_json])
     else:
         if a.memory_steps < 0:
             raise UklError(f"--memory-steps {a.memory_steps}: must be 0 or more", "e.g. --memory-steps 6")
