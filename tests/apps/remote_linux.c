@@ -143,6 +143,10 @@ static void errors(void)
 	say("fstat NULL", syscall(SYS_fstat, ro, NULL), -1);
 	say("getdents64 count 1<<32 | 16", syscall(SYS_getdents64, d, buf, (1UL << 32) | 16), -1);
 	say("getdents64 a file", syscall(SYS_getdents64, ro, buf, sizeof(buf)), -1);
+	say("unlinkat bad flags, NULL path", syscall(SYS_unlinkat, d, NULL, 0x8000), -1);
+	say("renameat2 bad flags, NULL paths", syscall(SYS_renameat2, d, NULL, d, NULL, 3), -1);
+	say("ftruncate a closed fd to -1", syscall(SYS_ftruncate, 0x40000fff, -1L), -1);
+	say("ftruncate O_RDONLY", ftruncate(ro, 0), -1);
 	close(ro);
 	close(wo);
 	close(d);

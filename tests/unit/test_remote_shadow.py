@@ -504,6 +504,7 @@ def test_errors_come_in_linux_order(base, shadow, guest):
         "guest's error not an errno": (guest.call(NR_READ, ro, 0, 0, 0, 0, 5, flags=err)[0], -errno.EINVAL),
         "readv with segments": (guest.read(ro, [(0x1000, 4)], NR_READV), -errno.EINVAL),
         "a fault too large": (guest.read(ro, [(remote.SEG_FAULT, 1 << 31)]), -errno.EINVAL),
+        "ftruncate a closed index to -1": (guest.call(NR_FTRUNCATE, closed, -1)[0], -errno.EINVAL),
     }
     assert {k: v[0] for k, v in m.items()} == {k: v[1] for k, v in m.items()}
     assert (base / "dir" / "order.txt").read_bytes() == b"0123456789"

@@ -1227,11 +1227,12 @@ static long execute(const struct req *r, struct resp *out)
 			return -EBADF;
 		return (r->h.op == SYS_fsync ? fsync(fd) : fdatasync(fd)) ? -errno : 0;
 	case SYS_ftruncate:
+		/* do_sys_ftruncate() checks the length before the file */
+		if (r->h.args[1] < 0)
+			return -EINVAL;
 		fd = host_fd(r->h.args[0]);
 		if (fd < 0)
 			return -EBADF;
-		if (r->h.args[1] < 0)
-			return -EINVAL;
 		return ftruncate(fd, (off_t)r->h.args[1]) ? -errno : 0;
 	case SYS_statx:
 		return do_statx(r, out);
