@@ -59,8 +59,9 @@ results-apps: setup
 # Boot figures in docs/: image sizes, guest time from the kernel's first
 # instruction to main() (and a server's first answer) under -icount, and the
 # least memory each application's smoke test runs in (bisection), beside
-# Lupine's and Unikraft's published figures (issue 36).
+# Lupine's and Unikraft's published figures (issue 36). examples/hello/hello.c is an image
+# of the program alone; the recipes' images carry busybox and perf for their smoke tests.
 .PHONY: results-boot
 results-boot: setup
-	./ukl bench boot --apps hello,redis,nginx,memcached,sqlite3 --configs linux,base --icount \
+	./ukl bench boot --apps examples/hello/hello.c,hello,redis,nginx,memcached,sqlite3 --configs linux,base --icount \
 		--markdown docs/results-boot.md --json docs/results-boot.json --plot docs/results-boot.png

@@ -26,8 +26,10 @@ def test_names_keep_order_drop_repeats_and_refuse_nothing():
 def test_apps_resolve_as_ukl_build_takes_them(tmp_path):
     src = tmp_path / "prog.c"
     src.write_text("int main(void) { return 0; }\n")
-    assert bootbench.resolve_app(str(src)) == bootbench.Target("prog", sources=[src])
+    assert bootbench.resolve_app(str(src)) == bootbench.Target(str(src), sources=[src])
     assert bootbench.resolve_app(str(tmp_path)).sources == [tmp_path]
+    assert bootbench.image_dir("examples/hello/hello.c", "base").name == "examples_hello_hello.c-base"
+    assert bootbench.image_dir("hello", "linux").name == "hello-linux"
     t = bootbench.resolve_app("redis")
     assert t.recipe is not None and t.label == "redis"
     with pytest.raises(UklError, match="neither a file, a directory nor a recipe"):

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 
 from conftest import ukl
+from ukltool import bootbench
 from ukltool.paths import cache_dir
 
 
@@ -23,9 +24,9 @@ def test_boot_benchmark_of_hello(tmp_path):
     rows = {r["config"]: r for r in json.loads(out.read_text())["rows"]}
     assert set(rows) == {"linux", "base"}
     for config, r in rows.items():
-        image = cache_dir() / "bench" / "boot" / f"hello-{config}"
+        image = bootbench.image_dir("examples/hello/hello.c", config)
         manifest = json.loads((image / "manifest.json").read_text())
-        assert r["app"] == "hello" and r["specialized"] is False
+        assert r["app"] == "examples/hello/hello.c" and r["specialized"] is False
         # sizes are the files'; text/data/bss as binutils' size counts them
         assert r["kernel_bytes"] == (image / "bzImage").stat().st_size
         assert r["initramfs_bytes"] == (image / "initramfs.cpio").stat().st_size
@@ -54,5 +55,5 @@ def test_boot_benchmark_of_hello(tmp_path):
     # UKL's main() is the kernel's ukl_main; linux's the program's: both reached, after init's stamp
     assert rows["base"]["phases"]["init..main"] > 0 and rows["linux"]["phases"]["init..main"] > 0
     md = (tmp_path / "boot.md").read_text()
-    assert "| hello | base |" in md and "Lupine" in md and "Unikraft" in md
+    assert "| examples/hello/hello.c | base |" in md and "Lupine" in md and "Unikraft" in md
     assert (tmp_path / "boot.png").stat().st_size > 10000

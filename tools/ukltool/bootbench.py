@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 import tempfile
 import tomllib
@@ -72,10 +73,8 @@ def resolve_app(spec: str) -> Target:
     """SPEC as `ukl build` reads it: an existing path (file or directory)
     wins, else a recipe name; anything else is an error."""
     path = Path(spec)
-    if path.exists():
-        if path.is_dir():
-            return Target(path.name, sources=[path])
-        return Target(path.stem, sources=[path])
+    if path.exists():   # named as given, apart from a recipe of the same name
+        return Target(spec, sources=[path])
     if "/" in spec or path.suffix:
         raise UklError(f"--apps: {spec} does not exist", "name a C file, a project directory or a recipe")
     if spec not in recipes.names():
@@ -87,6 +86,12 @@ def resolve_app(spec: str) -> Target:
                        "name an application recipe: " + ", ".join(n for n in recipes.names()
                                                                if not recipes.load(n).build.library))
     return Target(spec, recipe=r)
+
+
+def image_dir(label: str, config: str) -> Path:
+    """Where the benchmark builds LABEL's image for CONFIG (in the cache)."""
+    safe = re.sub(r"[^A-Za-z0-9._+-]", "_", label.strip("/"))
+    return cache_dir() / "bench" / "boot" / f"{safe}-{config}"
 
 
 def check_configs(configs: list[str]) -> list[str]:
@@ -449,7 +454,7 @@ def measure(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: 
 
 def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, mem_range: tuple[int, int],
                 steps: int, timeout: float) -> Row:
-    out = cache_dir() / "bench" / "boot" / f"{t.label}-{config}"
+    out = image_dir(t.label, config)
     with ui.step(f"building {t.label} for '{config}'"):
         man = image.build(build_spec(t, config, out))
     sizes = image_sizes(out, man.vmlinux_path())
