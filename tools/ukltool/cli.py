@@ -32,6 +32,7 @@ from ukltool import (
     kernel,
     libc,
     lock,
+    ltp,
     prefixes,
     profiles,
     project,
@@ -379,6 +380,7 @@ def parser() -> argparse.ArgumentParser:
                     "run side by side)")
     at.set_defaults(func=cmd_apptest)
 
+    _conformance_parser(sub)
     sub.add_parser("sources", help="install, verify and unpack the pinned Linux and glibc sources").set_defaults(
         func=cmd_sources)
     sub.add_parser("configs", help="list the kernel configurations and the UKL options",
@@ -751,6 +753,66 @@ def cmd_apptest(a: argparse.Namespace) -> int:
     if a.markdown:
         a.markdown.write_text(apptest.markdown(a.name, outcomes, a.all, a.unit, a.markdown))
     return 0 if all(o.finished for o in outcomes) else 1
+
+
+def _conformance_parser(sub: argparse._SubParsersAction) -> None:
+    """`ukl conformance ltp` (ltp.py)."""
+    cf = sub.add_parser("conformance", help="conformance suites written elsewhere, run under each configuration")
+    cs = cf.add_subparsers(dest="ccmd", metavar="SUITE", required=True)
+    lp = cs.add_parser("ltp", help="LTP's system-call tests as UKL applications",
+                       description="Build LTP's system-call tests (testcases/kernel/syscalls, the commit in "
+                       "tests/ltp/source.toml) into one program per configuration behind a dispatcher, boot it "
+                       "under each configuration running each test as its own process, and report TPASS, TFAIL, "
+                       "TBROK or TCONF per test (the worst it reported). A test that passes under linux and not "
+                       "under another configuration must be listed in tests/ltp/divergences.toml, or the "
+                       "command fails.")
+    lp.add_argument("--configs", default="linux,base", help="comma-separated, linux first (default linux,base)")
+    lp.add_argument("--tests", default=ltp.DEFAULT_LIST, metavar="LIST",
+                    help="comma-separated test names and lists of tests/ltp/ (default "
+                    f"{ltp.DEFAULT_LIST}; lists: {', '.join(ltp.list_names()) or 'none'})")
+    lp.add_argument("--batch", type=_count, default=ltp.DEFAULT_BATCH, metavar="N",
+                    help=f"tests per boot (default {ltp.DEFAULT_BATCH})")
+    lp.add_argument("--timeout", type=_positive, default=ltp.DEFAULT_TIMEOUT, metavar="S",
+                    help=f"per test, inside the guest (default {ltp.DEFAULT_TIMEOUT:.0f})")
+    lp.add_argument("-o", "--output", type=Path, default=Path("out/ltp"), metavar="DIR",
+                    help="images and console logs (default out/ltp)")
+    lp.add_argument("--json", type=Path, metavar="FILE", help="write one row per test and configuration as JSON")
+    lp.add_argument("--markdown", type=Path, metavar="FILE.md", help="write the table as Markdown")
+    lp.add_argument("--from-json", type=Path, metavar="FILE", help="do not run: report the rows saved in FILE")
+    lp.set_defaults(func=cmd_conformance_ltp)
+
+
+def cmd_conformance_ltp(a: argparse.Namespace) -> int:
+    configs = _configs(a.configs)
+    if configs[0] != "linux":
+        raise UklError(f"--configs {a.configs}: the first configuration is the baseline and must be linux",
+                       "for example --configs linux,base")
+    divergences = ltp.load_divergences()
+    if a.from_json:
+        outcomes = [o for o in ltp.load_json(a.from_json) if o.config in configs]
+    else:
+        outcomes = ltp.run_all(configs, ltp.selection(a.tests), a.output, a.batch, a.timeout)
+    table = Table("test", *configs, "divergence", title="LTP system-call tests")
+    for test, row in ltp.by_test(outcomes).items():
+        notes = [f"{o.config}: {d.kind}" if (d := ltp.explanation(test, o.config, divergences)) else
+                 f"{o.config}: unexplained" for o in ltp.divergent(list(row.values()))]
+        table.add_row(test, *(row[c].result if c in row else "-" for c in configs), ", ".join(notes))
+    ui.report_console().print(table)
+    for c in configs:
+        ui.info(f"{c}: " + ", ".join(f"{n} {r}" for r, n in ltp.counts(outcomes, c).items()))
+    if a.json:
+        ltp.save_json(outcomes, a.json)
+    if a.markdown:
+        a.markdown.write_text(ltp.markdown(outcomes, configs, divergences,
+                                           f"./ukl conformance ltp --configs {','.join(configs)} --tests {a.tests}"))
+    bad = ltp.unexplained(outcomes, divergences)
+    if bad:
+        ui.err.print("ukl: pass under linux, not under: " + ", ".join(f"{o.test} ({o.config} {o.result})"
+                                                                      for o in bad), markup=False)
+        ui.err.print(f"  hint: explain each in {ltp.DIVERGENCES_FILE} or fix it; logs in {a.output / 'logs'}",
+                     markup=False)
+        return 1
+    return 0
 
 
 def cmd_libc_tests(a: argparse.Namespace) -> int:
