@@ -78,6 +78,13 @@ def test_console_gives_each_tests_counts_end_and_seconds():
     assert any("TPASS" in line for line in con.unfinished_lines)
 
 
+def test_a_kernel_failure_during_a_test_breaks_it():
+    text = ("ukl-ltp: begin a\n[    2.000000] WARNING: CPU: 0 PID: 40 at mm/x.c:1 f+0x1/0x2\n"
+            "x.c:1: TPASS: fine\nSummary:\npassed 1\nukl-ltp: end a exit 0 in 0.1s\n")
+    o = ltp.parse_console(text, "base").done["a"]
+    assert o.result == "TBROK" and o.notes[0].startswith("kernel: [    2.000000] WARNING")
+
+
 def test_a_marker_of_another_test_does_not_end_the_current_one():
     text = "ukl-ltp: begin a\nukl-ltp: end b exit 0 in 0.1s\n"
     con = ltp.parse_console(text, "linux")

@@ -48,7 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ukltool import app, flags, image, initramfs, kernel, libc, lock, ui, vm
+from ukltool import app, flags, image, initramfs, kernel, libc, lock, logscan, ui, vm
 from ukltool.errors import UklError
 from ukltool.paths import GUEST_DIR, REPO, cache_dir
 from ukltool.proc import host_cc, need_tool, run, stream
@@ -256,18 +256,27 @@ def make_command(tree: Path, bdir: Path, target: str, rel: str) -> list[str]:
             f"-j{os.cpu_count() or 2}"]
 
 
+# configure's settings, the same for both targets. _FORTIFY_SOURCE=0: LTP
+# would define it as 2, and the fortified longjmp() it then calls (glibc's
+# ____longjmp_chk, as our port builds it) keeps data in the red zone across
+# a system call, which link_ukl refuses.
+CONFIGURE_SETTINGS = ["CFLAGS=-O2", "CPPFLAGS=-D_FORTIFY_SOURCE=0"]
+
+
 def configure(tree: Path, target: str) -> Path:
     """The configured build directory for TARGET."""
     bdir = build_dir(tree, target)
     stamp = bdir / ".ukl-configured"
-    if stamp.is_file():
+    cmd = [str(tree / "configure"), f"CC={host_cc()}", *CONFIGURE_SETTINGS]
+    if stamp.is_file() and stamp.read_text() == json.dumps(cmd):
         return bdir
-    bdir.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(bdir, ignore_errors=True)  # objects of other settings
+    bdir.mkdir(parents=True)
     with ui.step(f"configuring LTP ({target}); log: {bdir / 'ukl-configure.log'}") as st:
-        stream([str(tree / "configure"), f"CC={host_cc()}", "CFLAGS=-O2"], bdir / "ukl-configure.log",
+        stream(cmd, bdir / "ukl-configure.log",
                lambda line: st.update(line[:70]) if line.startswith("checking") else None, cwd=bdir,
                what="LTP's configure")
-    stamp.write_text("configured\n")
+    stamp.write_text(json.dumps(cmd))
     return bdir
 
 
@@ -427,6 +436,7 @@ def outcome_of(test: str, config: str, lines: list[str], how: str, value: int | 
     """TEST's outcome from its output LINES and how it ended."""
     counts: dict[str, int] = {}
     notes: list[str] = []
+    kernel_failure = False
     for line in lines:
         m = SUMMARY.match(line)
         if m:
@@ -434,7 +444,11 @@ def outcome_of(test: str, config: str, lines: list[str], how: str, value: int | 
         r = REPORT.match(line)
         if r and len(notes) < MAX_NOTES:
             notes.append(line.strip()[:200])
-    result = summarize(counts, how, value)
+        if logscan.is_failure(line) and not kernel_failure:
+            kernel_failure = True
+            notes.insert(0, "kernel: " + line.strip()[:200])
+    # The kernel's failure during the test (a WARNING, an oops) breaks it, whatever it reported
+    result = "TBROK" if kernel_failure else summarize(counts, how, value)
     end = f"{how} {value}" if value is not None else how
     return Outcome(test, config, result, counts.get("passed", 0), counts.get("failed", 0),
                    counts.get("broken", 0), counts.get("skipped", 0), counts.get("warnings", 0), end,
