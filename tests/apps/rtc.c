@@ -11,10 +11,16 @@
  *                 says -ETIME
  *   rtc signal    a timer signal waits for the end; a SIGSEGV does not; a
  *                 blocking read delivers a waiting signal at once, raise()
- *                 before it returns
+ *                 before it returns; a signal that a handler left pending
+ *                 (raised again in it, held by its sa_mask) runs when the
+ *                 handler returns, one sigprocmask() unblocks before it
+ *                 returns, in a run as outside one
+ *   rtc nohz      a handled SIGTERM sent to a run spinning alone on CPU 1
+ *                 (nohz_full in the debug profile's test) waits for the
+ *                 run's bound, not longer
  *   rtc kill      SIGKILL ends a child that runs to completion at once, not
  *                 at its bound
- *   rtc all       all of them, in this order (one boot)
+ *   rtc all       all of them, calls to nohz, then kill (one boot)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -25,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -128,19 +135,34 @@ static void *competitor(void *arg)
 	return NULL;
 }
 
-/* Local timer interrupts on CPU 0 so far (/proc/interrupts, "LOC:") */
-static long timer_interrupts(void)
+/* Local timer interrupts on @cpu so far (/proc/interrupts, "LOC:") */
+static long cpu_timer_interrupts(int cpu)
 {
-	char line[4096];
+	char line[4096], *p, *q;
 	long n = -1;
 	FILE *f = fopen("/proc/interrupts", "r");
 
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, " LOC: %ld", &n) == 1)
-			break;
+	while (f && fgets(line, sizeof(line), f)) {
+		p = strstr(line, "LOC:");
+		if (!p || strspn(line, " ") != (size_t)(p - line))
+			continue;
+		for (p += 4; cpu >= 0; cpu--, p = q) {
+			n = strtol(p, &q, 10);
+			if (q == p) {
+				n = -1;
+				break;
+			}
+		}
+		break;
+	}
 	if (f)
 		fclose(f);
 	return n;
+}
+
+static long timer_interrupts(void)
+{
+	return cpu_timer_interrupts(0);
 }
 
 /* How far the competitor got while this thread spun @us, in rtc or not */
@@ -214,6 +236,65 @@ static void alarm_in(long us)
 	setitimer(ITIMER_REAL, &it, NULL);
 }
 
+static void tgkill_self(int sig)
+{
+	syscall(SYS_tgkill, getpid(), gettid(), sig);
+}
+
+static volatile sig_atomic_t usr1s, usr2s;
+
+/*
+ * The first SIGUSR1 raises SIGUSR1 again (blocked while its handler runs)
+ * and SIGUSR2 (held by the handler's sa_mask): both stay pending until
+ * rt_sigreturn restores the mask, whose exit delivers them.
+ */
+static void on_usr1(int sig)
+{
+	(void)sig;
+	if (!usr1s++) {
+		tgkill_self(SIGUSR1);
+		tgkill_self(SIGUSR2);
+	}
+}
+
+static void on_usr2(int sig)
+{
+	(void)sig;
+	usr2s++;
+}
+
+/* SIGUSR1's and SIGUSR2's handlers that ran before tgkill(SIGUSR1) returned */
+static void left_pending(int rtc, int *u1, int *u2)
+{
+	usr1s = usr2s = 0;
+	if (rtc)
+		ukl_rtc_begin(1000000);
+	tgkill_self(SIGUSR1);
+	*u1 = usr1s;
+	*u2 = usr2s;
+	if (rtc)
+		ukl_rtc_end();
+}
+
+/* SIGUSR2's handlers that ran while it was blocked, and by its unblocking */
+static void unblocked(int rtc, int *blocked, int *after)
+{
+	sigset_t set;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGUSR2);
+	usr2s = 0;
+	if (rtc)
+		ukl_rtc_begin(1000000);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	tgkill_self(SIGUSR2);
+	*blocked = usr2s;
+	sigprocmask(SIG_UNBLOCK, &set, NULL);
+	*after = usr2s;
+	if (rtc)
+		ukl_rtc_end();
+}
+
 static int signals(void)
 {
 	struct sigaction sa = { .sa_handler = on_alarm };
@@ -265,6 +346,25 @@ static int signals(void)
 	during = alarms;
 	show("end", ukl_rtc_end());
 	printf("raise during the run handled before it returned: %d\n", during);
+
+	/* rt_sigreturn's exit delivers what the handler left pending */
+	sa.sa_handler = on_usr2;
+	sigaction(SIGUSR2, &sa, NULL);
+	sa.sa_handler = on_usr1;
+	sigaddset(&sa.sa_mask, SIGUSR2);
+	sigaction(SIGUSR1, &sa, NULL);
+	{
+		int out1, out2, in1, in2;
+
+		left_pending(0, &out1, &out2);
+		left_pending(1, &in1, &in2);
+		printf("SIGUSR1 and SIGUSR2 left pending by the handler, handled before tgkill returned: "
+		       "outside a run %d %d, during the run %d %d\n", out1, out2, in1, in2);
+		unblocked(0, &out1, &out2);
+		unblocked(1, &in1, &in2);
+		printf("SIGUSR2 handled while blocked, by sigprocmask's return: "
+		       "outside a run %d %d, during the run %d %d\n", out1, out2, in1, in2);
+	}
 	return 0;
 }
 
@@ -292,6 +392,65 @@ static int kill_child(void)
 	return 0;
 }
 
+static volatile long long term_at;
+static volatile int nohz_ready;
+static long long nohz_begin;
+
+static void on_term(int sig)
+{
+	(void)sig;
+	term_at = now_us();
+}
+
+/* Spin alone on CPU 1 in a run with a 50 ms bound; arg: its timer interrupts */
+static void *nohz_spinner(void *arg)
+{
+	long *irqs = arg;
+
+	pin(1);
+	spin(50000);		/* where nohz_full, the tick stops meanwhile */
+	*irqs = cpu_timer_interrupts(1);
+	nohz_begin = now_us();
+	ukl_rtc_begin(50000);
+	nohz_ready = 1;
+	spin(400000);
+	ukl_rtc_end();
+	*irqs = cpu_timer_interrupts(1) - *irqs;
+	return NULL;
+}
+
+static int nohz(void)
+{
+	struct sigaction sa = { .sa_handler = on_term };
+	char cpus[64] = "none";
+	long long delay;
+	pthread_t t;
+	long irqs;
+	FILE *f;
+
+	f = fopen("/sys/devices/system/cpu/nohz_full", "r");
+	if (f) {
+		if (fscanf(f, "%63s", cpus) != 1)
+			strcpy(cpus, "?");
+		fclose(f);
+	}
+	pin(0);
+	sigaction(SIGTERM, &sa, NULL);
+	term_at = 0;
+	pthread_create(&t, NULL, nohz_spinner, &irqs);
+	while (!nohz_ready)
+		usleep(1000);
+	usleep(10000);
+	pthread_kill(t, SIGTERM);
+	pthread_join(t, NULL);
+	delay = term_at - nohz_begin;
+	printf("SIGTERM to a run alone on CPU 1 waited for its bound: %s, handled within 150 ms: %s\n",
+	       delay >= 45000 ? "yes" : "no", term_at && delay < 150000 ? "yes" : "no");
+	printf("NOHZ full CPUs %s, CPU 1 timer interrupts during the run %ld, SIGTERM handled after %lld us\n",
+	       cpus, irqs, delay);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "calls";
@@ -307,8 +466,10 @@ int main(int argc, char **argv)
 		return signals();
 	if (!strcmp(mode, "kill"))
 		return kill_child();
+	if (!strcmp(mode, "nohz"))
+		return nohz();
 	if (!strcmp(mode, "all"))
-		return calls() || preempt(0) || preempt(1) || signals() || kill_child();
+		return calls() || preempt(0) || preempt(1) || signals() || nohz() || kill_child();
 	fprintf(stderr, "rtc: unknown mode %s\n", mode);
 	return 2;
 }
