@@ -19,7 +19,7 @@ def test_boot_benchmark_of_hello(tmp_path):
     out = tmp_path / "boot.json"
     res = ukl("bench", "boot", "--apps", "examples/hello/hello.c", "--configs", "linux,base", "--icount",
               "--repeat", "2", "--memory-range", "16:256", "--memory-steps", "2", "--json", out,
-              "--markdown", tmp_path / "boot.md", "--plot", tmp_path / "boot.png", timeout=900)
+              "--markdown", tmp_path / "boot.md", "--plot", tmp_path / "boot.png")
     assert res.returncode == 0, res.stdout + res.stderr
     rows = {r["config"]: r for r in json.loads(out.read_text())["rows"]}
     assert set(rows) == {"linux", "base"}
