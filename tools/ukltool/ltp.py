@@ -416,6 +416,7 @@ MARKER = re.compile(r"^ukl-ltp: (begin|end) (\S+)(?: (exit|signal|timeout) (\d+)
 SUMMARY = re.compile(r"^(passed|failed|broken|skipped|warnings)\s+(\d+)\s*$")
 REPORT = re.compile(r"^\S+:\d+: (TFAIL|TBROK|TWARN|TCONF): (.*)$")
 MAX_NOTES = 4
+SOURCE_PATH = re.compile(r"^\S*?/(?=(?:testcases|lib|libs)/)")  # the tree's location, left out of notes
 
 
 def summarize(counts: dict[str, int], how: str, code: int | None) -> str:
@@ -443,7 +444,7 @@ def outcome_of(test: str, config: str, lines: list[str], how: str, value: int | 
             counts[m.group(1)] = int(m.group(2))
         r = REPORT.match(line)
         if r and len(notes) < MAX_NOTES:
-            notes.append(line.strip()[:200])
+            notes.append(SOURCE_PATH.sub("", line.strip())[:200])
         if logscan.is_failure(line) and not kernel_failure:
             kernel_failure = True
             notes.insert(0, "kernel: " + line.strip()[:200])
