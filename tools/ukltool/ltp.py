@@ -309,6 +309,7 @@ class Built:
     objects: dict[str, Path]      # test -> its object, main() renamed and other symbols local
     archives: list[Path]          # libltp.a and the internal libraries the tests' directories use
     ldlibs: list[str]             # -l flags
+    unbuilt: dict[str, str] = field(default_factory=dict)  # test -> why it has no object
 
 
 def build_tests(tree: Path, target: str, tests: list[str], index: dict[str, Path], work: Path) -> Built:
@@ -327,12 +328,23 @@ def build_tests(tree: Path, target: str, tests: list[str], index: dict[str, Path
         for name in sorted({lib for i in infos.values() for lib in i.ltplibs}):
             _logged_make(make_command(tree, bdir, target, f"libs/{name}"), log, st, f"building LTP's lib{name}")
             archives += sorted((bdir / "libs" / name).glob("lib*.a"))
+        unbuilt: dict[str, str] = {}
         for d, names in by_dir.items():
-            _logged_make([*make_command(tree, bdir, target, d), *(f"{n}.o" for n in names)], log, st,
-                         f"compiling the tests in {d}")
-        objects = {t: localize(bdir / index[t].parent / f"{t}.o", t, work) for t in tests}
+            try:  # -k: a test that does not compile is reported, the others run
+                _logged_make([*make_command(tree, bdir, target, d), "-k", *(f"{n}.o" for n in names)], log, st,
+                             f"compiling the tests in {d}")
+            except UklError:
+                unbuilt.update({n: f"did not compile (log: {log})" for n in names
+                                if not (bdir / d / f"{n}.o").is_file()})
+        objects = {}
+        for t in tests:
+            if t not in unbuilt:
+                try:
+                    objects[t] = localize(bdir / index[t].parent / f"{t}.o", t, work)
+                except UklError as e:
+                    unbuilt[t] = e.message
     ldlibs = list(dict.fromkeys(f for i in infos.values() for f in i.ldlibs))
-    return Built(target, objects, archives, ldlibs)
+    return Built(target, objects, archives, ldlibs, unbuilt)
 
 
 def localize(obj: Path, test: str, work: Path) -> Path:
@@ -533,18 +545,22 @@ def batches(tests: list[str], size: int) -> list[list[str]]:
     return [tests[i:i + size] for i in range(0, len(tests), size)]
 
 
-def build_images(configs: list[str], tests: list[str], outdir: Path) -> list[Image]:
-    """Images of every configuration, MAX_PER_IMAGE tests each."""
+def build_images(configs: list[str], tests: list[str], outdir: Path) -> tuple[list[Image], list[Outcome]]:
+    """Images of every configuration, MAX_PER_IMAGE tests each; and a TBROK
+    outcome for each test that did not build for a configuration."""
     tree = source_tree()
     index = test_index(tree)
     check_tests(tests, index, tree)
     images = []
+    unbuilt: list[Outcome] = []
     with tempfile.TemporaryDirectory(prefix="ukl-ltp-build-") as td:
         built: dict[str, Built] = {}
         for target in dict.fromkeys(target_of(c) for c in configs):
             built[target] = build_tests(tree, target, tests, index, Path(td) / target)
         for target, b in built.items():
-            for n, part in enumerate(batches(tests, MAX_PER_IMAGE)):
+            unbuilt += [Outcome(t, c, "TBROK", end=f"not built: {why}") for c in configs if target_of(c) == target
+                        for t, why in b.unbuilt.items()]
+            for n, part in enumerate(batches([t for t in tests if t in b.objects], MAX_PER_IMAGE)):
                 work = Path(td) / f"{target}-link-{n}"
                 work.mkdir(parents=True)
                 with ui.step(f"linking {len(part)} LTP tests ({target})"):
@@ -552,7 +568,7 @@ def build_images(configs: list[str], tests: list[str], outdir: Path) -> list[Ima
                 for config in (c for c in configs if target_of(c) == target):
                     path = make_image(config, program, outdir / "images" / f"{config}-{n}")
                     images.append(Image(config, path, part))
-    return images
+    return images, unbuilt
 
 
 def run_images(images: list[Image], batch: int, timeout: float, logdir: Path) -> list[Outcome]:
@@ -573,9 +589,11 @@ def run_images(images: list[Image], batch: int, timeout: float, logdir: Path) ->
 def run_all(configs: list[str], tests: list[str], outdir: Path, batch: int = DEFAULT_BATCH,
         timeout: float = DEFAULT_TIMEOUT) -> list[Outcome]:
     t0 = time.monotonic()
-    images = build_images(configs, tests, outdir)
+    images, outcomes = build_images(configs, tests, outdir)
     ui.info(f"built {len(images)} images in {time.monotonic() - t0:.0f} s")
-    outcomes = run_images(images, batch, timeout, outdir / "logs")
+    if outcomes:
+        ui.warn(f"{len({o.test for o in outcomes})} tests did not build: they count as TBROK")
+    outcomes += run_images(images, batch, timeout, outdir / "logs")
     order = {(c, t): i for i, (c, t) in enumerate((c, t) for c in configs for t in tests)}
     return sorted(outcomes, key=lambda o: order.get((o.config, o.test), len(order)))
 
