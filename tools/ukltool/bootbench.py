@@ -651,9 +651,12 @@ METHOD = f"""* **Time origin: the kernel's first instruction**, the real-mode se
   between two tries, plus the prober's wake-up. Its connection attempts before `main()` (a few thousand
   instructions each) are counted in the server's boot to `main()`.
 * **Wall, TCG**: the host's clock between the same points under QEMU's software emulation (translation
-  included): what this machine took, not what a real CPU would.
+  included): what this machine took, not what a real CPU would; it varies with the host's load.
 * **Least memory**: boots with `-m N` (MiB) running the recipe's smoke test (a C file or directory: the
-  program must exit with status 0); bisection in log space between the bounds.
+  program must exit with status 0); bisection in log space between the bounds. A recipe's image
+  carries busybox and perf (with their libraries) for its smoke test in the initramfs, which the kernel
+  unpacks into memory: they dominate those images' size, unpacking time (in `kernel..init`) and least
+  memory. An image of a C file (`examples/hello/hello.c`) holds the program and init alone.
 * **Repeatability**: under `--icount` runs repeat exactly; with `--repeat N` each run's instruction count
   is kept (`runs_instructions` in the JSON)."""
 
@@ -707,7 +710,7 @@ def plot(report: Report, path: Path) -> None:
         ax.set_title(title, fontsize=9)
     fig.suptitle("ukl bench boot (blue) beside published figures of other systems (grey, hatched)"
                  + (" - guest time under -icount" if report.icount else ""), fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
     fig.savefig(path, dpi=90)
     plt.close(fig)
 
