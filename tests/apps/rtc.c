@@ -17,7 +17,8 @@
  *                 returns, in a run as outside one
  *   rtc nohz      a handled SIGTERM sent to a run spinning alone on CPU 1
  *                 (nohz_full in the debug profile's test) waits for the
- *                 run's bound, not longer
+ *                 run's bound, not longer; CPU 1's timer interrupts
+ *                 meanwhile show whether its tick stopped
  *   rtc kill      SIGKILL ends a child that runs to completion at once, not
  *                 at its bound
  *   rtc all       all of them, calls to nohz, then kill (one boot)
@@ -395,6 +396,12 @@ static int kill_child(void)
 static volatile long long term_at;
 static volatile int nohz_ready;
 static long long nohz_begin;
+static int nohz_full;
+
+/* The run's bound, its spin and the slack of the SIGTERM's handling, in us */
+#define NOHZ_BOUND 200000
+#define NOHZ_SPIN 1000000
+#define NOHZ_SLACK 400000
 
 static void on_term(int sig)
 {
@@ -402,28 +409,43 @@ static void on_term(int sig)
 	term_at = now_us();
 }
 
-/* Spin alone on CPU 1 in a run with a 50 ms bound; arg: its timer interrupts */
+/* Spin alone on CPU 1 in a run; arg: its timer interrupts meanwhile */
 static void *nohz_spinner(void *arg)
 {
 	long *irqs = arg;
+	int i;
 
 	pin(1);
-	spin(50000);		/* where nohz_full, the tick stops meanwhile */
+	/* Where nohz_full, wait (at most 2 s) until the tick has stopped */
+	for (i = 0; i < 40; i++) {
+		*irqs = cpu_timer_interrupts(1);
+		spin(50000);
+		if (!nohz_full || cpu_timer_interrupts(1) - *irqs <= 1)
+			break;
+	}
 	*irqs = cpu_timer_interrupts(1);
 	nohz_begin = now_us();
-	ukl_rtc_begin(50000);
+	ukl_rtc_begin(NOHZ_BOUND);
 	nohz_ready = 1;
-	spin(400000);
+	spin(NOHZ_SPIN);
 	ukl_rtc_end();
 	*irqs = cpu_timer_interrupts(1) - *irqs;
 	return NULL;
 }
 
+/*
+ * A handled SIGTERM to a run alone on CPU 1 waits for the bound, and is
+ * handled within NOHZ_SLACK of the bound (or of its sending, if later:
+ * then the main thread ran late and the case proves nothing, so it is
+ * tried again, at most 3 times). Without the bound's timer it would wait
+ * for the end of the spin where the tick stops (nohz_full).
+ */
 static int nohz(void)
 {
 	struct sigaction sa = { .sa_handler = on_term };
 	char cpus[64] = "none";
-	long long delay;
+	long long sent_at, bound, late = 0;
+	int tries;
 	pthread_t t;
 	long irqs;
 	FILE *f;
@@ -434,20 +456,31 @@ static int nohz(void)
 			strcpy(cpus, "?");
 		fclose(f);
 	}
+	nohz_full = strcmp(cpus, "none") && strcmp(cpus, "(null)") && strcmp(cpus, "?");
 	pin(0);
 	sigaction(SIGTERM, &sa, NULL);
-	term_at = 0;
-	pthread_create(&t, NULL, nohz_spinner, &irqs);
-	while (!nohz_ready)
-		usleep(1000);
-	usleep(10000);
-	pthread_kill(t, SIGTERM);
-	pthread_join(t, NULL);
-	delay = term_at - nohz_begin;
-	printf("SIGTERM to a run alone on CPU 1 waited for its bound: %s, handled within 150 ms: %s\n",
-	       delay >= 45000 ? "yes" : "no", term_at && delay < 150000 ? "yes" : "no");
-	printf("NOHZ full CPUs %s, CPU 1 timer interrupts during the run %ld, SIGTERM handled after %lld us\n",
-	       cpus, irqs, delay);
+	for (tries = 1; ; tries++) {
+		term_at = 0;
+		nohz_ready = 0;
+		pthread_create(&t, NULL, nohz_spinner, &irqs);
+		while (!nohz_ready)
+			usleep(1000);
+		usleep(10000);
+		sent_at = now_us();
+		pthread_kill(t, SIGTERM);
+		pthread_join(t, NULL);
+		bound = nohz_begin + NOHZ_BOUND;
+		if (sent_at < bound || tries == 3)
+			break;
+	}
+	if (term_at)
+		late = term_at - (sent_at > bound ? sent_at : bound);
+	printf("SIGTERM to a run alone on CPU 1 waited for its bound: %s, handled within %d ms of it: %s\n",
+	       term_at >= bound ? "yes" : "no", NOHZ_SLACK / 1000,
+	       term_at && late < NOHZ_SLACK ? "yes" : "no");
+	printf("NOHZ full CPUs %s, CPU 1 timer interrupts during the run %ld, SIGTERM sent after %lld us, handled %lld us after the bound, tries %d%s\n",
+	       cpus, irqs, sent_at - nohz_begin, term_at - bound, tries,
+	       sent_at < bound ? "" : " (all sent after the bound: inconclusive)");
 	return 0;
 }
 

@@ -13,6 +13,7 @@ new threads and children do not inherit a run; the kernel's limit
 from __future__ import annotations
 
 import re
+import warnings
 
 import pytest
 
@@ -20,6 +21,10 @@ from conftest import BASELINE, REPO, UKL_CONFIGS, assert_clean, build, ukl
 
 SRC = REPO / "tests" / "apps" / "rtc.c"
 LIMIT = "rtc-max-us=1000000"
+# CPU 1's timer interrupts during rtc nohz's 1 s spin, at most, where its
+# tick stops (3 to 39 seen under TCG: a task woken on CPU 1 keeps the tick
+# until the bound; a running tick gives HZ, 250, of them)
+NOHZ_TICKS = 100
 
 
 def app_lines(stdout: str) -> list[str]:
@@ -59,10 +64,20 @@ def test_a_thread_runs_to_completion(outdir, config):
         "SIGUSR1 and SIGUSR2 left pending by the handler, handled before tgkill returned: "
         "outside a run 2 1, during the run 2 1",
         "SIGUSR2 handled while blocked, by sigprocmask's return: outside a run 0 1, during the run 0 1",
-        "SIGTERM to a run alone on CPU 1 waited for its bound: yes, handled within 150 ms: yes",
+        "SIGTERM to a run alone on CPU 1 waited for its bound: yes, handled within 400 ms of it: yes",
         "child killed: yes, within 300 ms: yes"], res.stdout
+    term = re.search(r"^NOHZ full CPUs (\S+), CPU 1 timer interrupts during the run (-?\d+), SIGTERM sent "
+                     r"after \d+ us, handled -?\d+ us after the bound, tries \d(.*)$", res.stdout, re.M)
+    assert term, res.stdout
+    if term[3]:
+        # The main thread sent the signal after the bound 3 times (a loaded
+        # host): the case shows only that it was handled in time
+        warnings.warn(f"rtc nohz inconclusive under {config}: {term[0]}", stacklevel=1)
     if nohz:
-        assert re.search(r"^NOHZ full CPUs 1,", res.stdout, re.M), res.stdout
+        # The tick stopped during the 1 s spin (a few interrupts: the
+        # bound's timer, the signal's), so only the bound's timer could
+        # end the wait in time
+        assert term[1] == "1" and 0 <= int(term[2]) < NOHZ_TICKS, res.stdout
     # The longest pause of the spinning thread: a competitor's time slice
     # without a run, an interrupt's handling during one
     gap = re.search(r"^GAP longest pause while spinning normally (\d+) us, during the run (\d+) us$",
