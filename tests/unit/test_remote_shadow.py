@@ -19,6 +19,7 @@ import itertools
 import mmap
 import os
 import random
+import resource
 import select
 import shutil
 import socket
@@ -459,6 +460,52 @@ def test_a_call_keeps_its_file_across_round_trips(base, shadow, guest):
     assert guest.call(remote.ROP_NULL, slot=slot)[0] == -errno.ENOSYS
     if fds is not None:
         assert shadow_fds(shadow) == fds
+
+
+def test_a_round_trip_of_no_bytes_releases_the_hold(base, shadow, guest):
+    """A call that ends on the guest's side after a round trip that asked
+    for more (killed, a buffer that faults) sends SLOT_CONT without
+    SLOT_MORE and no segments: a read of no bytes that releases the file
+    the slot holds, which then closes once its index is closed too."""
+    host_file(base, "release-a", bytes(range(256)) * 32)
+    slot = 9
+    fds = shadow_fds(shadow)
+    for op in (NR_READ, NR_WRITE, NR_PREAD64, NR_PWRITE64):
+        a = guest.open("release-a", os.O_RDWR)
+        assert a >= 0
+        assert guest.call(op, a, 0, 4096, 0, segs=[(0x10000, 4096)], flags=remote.SLOT_MORE, slot=slot)[0] == 4096
+        assert guest.call(NR_CLOSE, a)[0] == 0
+        if fds is not None:
+            assert shadow_fds(shadow) == fds + 1  # held by the slot
+        assert guest.call(op, a, 0, 0, 0, flags=remote.SLOT_CONT, slot=slot)[0] == 0
+        if fds is not None:
+            assert shadow_fds(shadow) == fds
+        # Released: a further round trip of the call finds no file
+        assert guest.call(op, a, 0, 0, 0, flags=remote.SLOT_CONT, slot=slot)[0] == -errno.EBADF
+
+
+def test_a_write_past_rlimit_fsize_is_efbig(base, monkeypatch):
+    """The shadow ignores SIGXFSZ: a write past RLIMIT_FSIZE fails with
+    EFBIG instead of killing it."""
+    popen = subprocess.Popen
+
+    def limited(*args, **kwargs):
+        hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+        kwargs["preexec_fn"] = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
+        return popen(*args, **kwargs)
+
+    monkeypatch.setattr(remote.subprocess, "Popen", limited)
+    with remote.Shadow(base / "dir", 2 * MIB, base / "fsize.log", idle_us=-1) as sh:
+        monkeypatch.undo()
+        g = Guest(sh)
+        try:
+            fd = g.open("fsize.bin", os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o600)
+            assert fd >= 0
+            assert g.write(fd, [(0x1000, 4096)]) == 4096
+            assert g.write(fd, [(0x1000, 4096)]) == -errno.EFBIG
+            assert sh.alive(), sh.log.read_text()
+        finally:
+            g.close()
 
 
 def test_errors_come_in_linux_order(base, shadow, guest):

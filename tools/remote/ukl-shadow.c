@@ -485,6 +485,9 @@ static void startup(void)
 	sigemptyset(&sa.sa_mask);
 	if (sigaction(SIGTERM, &sa, NULL) || sigaction(SIGINT, &sa, NULL))
 		die("sigaction: %s", strerror(errno));
+	/* A write past RLIMIT_FSIZE fails with EFBIG, as the guest's would */
+	if (signal(SIGXFSZ, SIG_IGN) == SIG_ERR)
+		die("SIGXFSZ: %s", strerror(errno));
 
 	ivshmem_serve();
 
