@@ -65,3 +65,11 @@ results-apps: setup
 results-boot: setup
 	./ukl bench boot --apps examples/hello/hello.c,hello,redis,nginx,memcached,sqlite3 --configs linux,base --icount \
 		--markdown docs/results-boot.md --json docs/results-boot.json --plot docs/results-boot.png
+
+# LTP's system-call tests as UKL applications (docs/conformance-ltp.md):
+# every test that passes under linux passes under each UKL profile or is
+# listed in tests/ltp/divergences.toml, or the command fails.
+.PHONY: results-conformance
+results-conformance: setup
+	./ukl conformance ltp --tests syscalls --configs linux,base,base+ret+byp+shortcut \
+		--json docs/conformance-ltp.json --markdown docs/conformance-ltp.md
