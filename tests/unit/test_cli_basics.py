@@ -7,14 +7,17 @@ import os
 import subprocess
 import tomllib
 
+import ukltool
 from conftest import REPO, UKL, ukl
 from ukltool import kernel, profiles
 
 
 def test_version_names_the_release_and_the_checkout():
     res = ukl("--version")
-    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-    assert res.returncode == 0 and res.stdout.strip() == f"ukl {version} (checkout {REPO})", res.stdout
+    assert res.returncode == 0 and res.stdout.strip() == f"ukl {ukltool.__version__} (checkout {REPO})", res.stdout
+    # one version: the package's, which pyproject.toml reads
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "ukltool.__version__"}
 
 
 def test_help_works_without_a_checkout_and_commands_say_what_they_need(tmp_path):

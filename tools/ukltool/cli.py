@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import os
 import re
 import shlex
@@ -11,13 +10,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
 from rich.markup import escape
 from rich.table import Table
 
+import ukltool
 from ukltool import (
     appbench,
     appcycles,
@@ -144,10 +143,7 @@ def _option_list() -> str:
 
 
 def version() -> str:
-    try:
-        v = importlib.metadata.version("ukltool")
-    except importlib.metadata.PackageNotFoundError:  # run from the checkout, not installed
-        v = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    v = ukltool.__version__
     where = f"checkout {REPO}" if repo_problem() is None else "no checkout found (set UKL_REPO)"
     return f"ukl {v} ({where})"
 
