@@ -39,7 +39,6 @@ import json
 import os
 import re
 import shutil
-import tarfile
 import tempfile
 import time
 import tomllib
@@ -48,7 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ukltool import app, flags, image, initramfs, kernel, libc, lock, logscan, ui, vm
+from ukltool import app, flags, image, initramfs, kernel, libc, lock, logscan, sources, ui, vm
 from ukltool.errors import UklError
 from ukltool.paths import GUEST_DIR, REPO, cache_dir
 from ukltool.proc import host_cc, need_tool, run, stream
@@ -140,16 +139,7 @@ def source_tree(src: Source | None = None) -> Path:
         tmp = dest.with_name(dest.name + ".partial")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        with ui.step(f"unpacking {tarball.name}") as st:
-            with tarfile.open(tarball) as tf:
-                for i, member in enumerate(tf):
-                    parts = Path(member.name).parts
-                    if len(parts) < 2:
-                        continue
-                    member.name = str(Path(*parts[1:]))
-                    tf.extract(member, tmp, filter="tar")
-                    if i % 2000 == 0:
-                        st.update(member.name)
+        sources.extract_top_dir(tarball, tmp)
         need_tool("autoconf", "autoconf")
         need_tool("automake", "automake")
         with ui.step("generating LTP's configure script (make autotools)"):

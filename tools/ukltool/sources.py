@@ -108,6 +108,20 @@ GIT_ID = {"GIT_AUTHOR_NAME": "ukl", "GIT_AUTHOR_EMAIL": "ukl@localhost",
           "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z"}
 
 
+def extract_top_dir(tarball: Path, dest: Path) -> None:
+    """Extract the tarball's single top directory's contents into DEST
+    (tar's safe filter), showing progress."""
+    with ui.step(f"unpacking {tarball.name}") as st, tarfile.open(tarball) as tf:
+        for i, member in enumerate(tf):
+            parts = Path(member.name).parts
+            if len(parts) < 2:
+                continue
+            member.name = str(Path(*parts[1:]))
+            tf.extract(member, dest, filter="tar")
+            if i % 2000 == 0:
+                st.update(f"{i} files: {member.name}")
+
+
 def unpack_git(src: Source, dest: Path) -> Path:
     """Unpack the tarball's single top directory into `dest` as a git repo
     with the pristine tree committed and tagged `pristine`. Idempotent; a
@@ -127,16 +141,7 @@ def _unpack_git(src: Source, dest: Path) -> Path:
     tmp = dest.with_name(dest.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    with ui.step(f"unpacking {src.tarball.name}") as st:
-        with tarfile.open(src.tarball) as tf:
-            for i, member in enumerate(tf):
-                parts = Path(member.name).parts
-                if len(parts) < 2:
-                    continue
-                member.name = str(Path(*parts[1:]))
-                tf.extract(member, tmp, filter="tar")
-                if i % 2000 == 0:
-                    st.update(f"{i} files: {member.name}")
+    extract_top_dir(src.tarball, tmp)
     with ui.step("recording the pristine tree in git"):
         env = dict(os.environ, **GIT_ID)
         git(tmp, "init", "-q", "-b", "ukl")
