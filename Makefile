@@ -66,6 +66,14 @@ results-boot: setup
 	./ukl bench boot --apps examples/hello/hello.c,hello,redis,nginx,memcached,sqlite3 --configs linux,base --icount \
 		--markdown docs/results-boot.md --json docs/results-boot.json --plot docs/results-boot.png
 
+# Each boot saving on its own (no_timer_check, noapictimer, direct boot
+# through the PVH entry, -M microvm), without the memory bisection.
+.PHONY: results-boot-methods
+results-boot-methods: setup
+	./ukl bench boot --apps examples/hello/hello.c,redis --configs linux,base --icount --no-memory \
+		--boots pc-plain,pc-no_timer_check,pc-noapictimer,pc,pc-direct,microvm-direct \
+		--markdown docs/results-boot-methods.md --json docs/results-boot-methods.json
+
 # LTP's system-call tests as UKL applications (docs/conformance-ltp.md):
 # every test that passes under linux passes under each UKL profile or is
 # listed in tests/ltp/divergences.toml, or the command fails.

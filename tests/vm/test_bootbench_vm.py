@@ -55,5 +55,33 @@ def test_boot_benchmark_of_hello(tmp_path):
     # UKL's main() is the kernel's ukl_main; linux's the program's: both reached, after init's stamp
     assert rows["base"]["phases"]["init..main"] > 0 and rows["linux"]["phases"]["init..main"] > 0
     md = (tmp_path / "boot.md").read_text()
-    assert "| examples/hello/hello.c | base |" in md and "Lupine" in md and "Unikraft" in md
+    assert "| examples/hello/hello.c | base | pc |" in md and "Lupine" in md and "Unikraft" in md
     assert (tmp_path / "boot.png").stat().st_size > 10000
+
+
+def test_boot_methods_each_measured(tmp_path):
+    """The savings and direct boot (docs/results-boot.md's boot methods) on
+    one image: each boot reaches main() exactly; the savings only remove
+    instructions; booted direct, nothing is decompressed, and the image's
+    kernel bytes are the uncompressed kernel's."""
+    out = tmp_path / "boots.json"
+    methods = ["pc-plain", "pc", "pc-direct", "microvm-direct"]
+    res = ukl("bench", "boot", "--apps", "examples/hello/hello.c", "--configs", "base", "--icount",
+              "--boots", ",".join(methods), "--no-memory", "--json", out)
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = {r["boot"]: r for r in json.loads(out.read_text())["rows"]}
+    assert list(rows) == methods
+    for r in rows.values():
+        assert r["exact"], r["notes"]
+        assert r["min_memory_mib"] is None and r["memory_trials"] == []
+        assert sum(r["phases"].values()) == r["boot_to_main_instructions"]
+    # the same kernel, with and without the savings
+    plain, saved = rows["pc-plain"], rows["pc"]
+    # (the decompressor's work differs by the command line's few words only)
+    assert abs(saved["phases"]["decompressor..kernel"] - plain["phases"]["decompressor..kernel"]) < 10_000
+    assert saved["phases"]["kernel..init"] < plain["phases"]["kernel..init"] - 50_000_000, (plain, saved)
+    for name in ("pc-direct", "microvm-direct"):
+        r = rows[name]
+        assert r["phases"]["setup..decompressor"] == 0 and r["phases"]["decompressor..kernel"] < 100_000, r
+        assert r["kernel_bytes"] > 2 * plain["kernel_bytes"]
+        assert r["boot_to_main_instructions"] < saved["boot_to_main_instructions"], (r, saved)

@@ -37,7 +37,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 from rich.table import Table
 
-from ukltool import bench, image, initramfs, kernel, plugin, recipes, ui, vm
+from ukltool import bench, bzimage, image, initramfs, kernel, plugin, recipes, ui, vm
 from ukltool.errors import UklError
 from ukltool.paths import REPO, cache_dir
 
@@ -49,6 +49,38 @@ PROBE_INTERVAL_NS = 1_000_000   # the prober's retry interval (guest/init.c)
 STAMP_ENV, PROBE_ENV = "ukl_stamp", "ukl_probe"   # kernel command line words init reads
 POINTS = ("setup", "decompressor", "kernel", "init", "main", "reply")
 MB = 1_000_000
+
+
+@dataclass(frozen=True)
+class Boot:
+    """How a VMM boots the image: QEMU's machine, the bzImage or the
+    uncompressed kernel through its PVH entry (direct), and which of
+    vm.BOOT_SAVINGS the command line carries (None: those `ukl run` passes)."""
+    machine: str
+    direct: bool
+    savings: tuple[str, ...] | None
+    what: str
+
+
+# Each saving of docs/results-boot.md on its own, then together
+BOOTS = {
+    "pc-plain": Boot("pc", False, (), "-M pc, bzImage, no saving (the command line before them)"),
+    "pc-no_timer_check": Boot("pc", False, ("no_timer_check",), "-M pc, bzImage, no_timer_check"),
+    "pc-noapictimer": Boot("pc", False, ("noapictimer",), "-M pc, bzImage, noapictimer"),
+    "pc": Boot("pc", False, None, "-M pc, bzImage, the savings `ukl run` passes (no_timer_check noapictimer)"),
+    "pc-direct": Boot("pc", True, None, "-M pc, vmlinux through its PVH entry (no decompression), the savings"),
+    "microvm-direct": Boot("microvm", True, None,
+                           "-M microvm, vmlinux through its PVH entry: no firmware, no PCI, no decompression"),
+}
+DEFAULT_BOOTS = "pc"
+
+
+def boots(text: str) -> list[str]:
+    chosen = names(text, "--boots")
+    unknown = [b for b in chosen if b not in BOOTS]
+    if unknown:
+        raise UklError(f"--boots: unknown boot method(s): {', '.join(unknown)}", f"choose from {', '.join(BOOTS)}")
+    return chosen
 
 
 # ---- what is benchmarked ----
@@ -214,9 +246,14 @@ def setup_entry(bzimage: bytes) -> tuple[int, int]:
     return 0x10000 + 0x200, 0x100000
 
 
-def boot_points(outdir: Path, man: image.Manifest, server: bool) -> list[int]:
-    """The addresses of POINTS (the last, reply, only for a server)."""
-    setup, decompressor = setup_entry((outdir / "bzImage").read_bytes())
+def boot_points(outdir: Path, man: image.Manifest, server: bool, direct: bool = False) -> list[int]:
+    """The addresses of POINTS (the last, reply, only for a server). Booted
+    direct, the kernel's first instruction is its PVH entry, and there is no
+    decompressor: the first two points are both the PVH entry."""
+    if direct:
+        setup = decompressor = bzimage.direct_kernel((outdir / "bzImage").read_bytes(), str(outdir / "bzImage"))[1]
+    else:
+        setup, decompressor = setup_entry((outdir / "bzImage").read_bytes())
     vmlinux = man.vmlinux_path()
     archive = (outdir / "initramfs.cpio").read_bytes()
     with tempfile.TemporaryDirectory(prefix="ukl-bootbench-") as td:
@@ -387,6 +424,7 @@ class Row:
     phases: dict[str, int]
     exact: bool
     notes: list[str]
+    boot: str = "pc-plain"               # BOOTS (rows saved before there was a choice: pc-plain)
 
 
 @dataclass
@@ -410,18 +448,19 @@ def smoke_script(t: Target) -> tuple[str | None, list[str], float]:
 
 
 def boot_once(outdir: Path, man: image.Manifest, icount: bool, memory: int, timeout: float,
-              append: list[str], sh: str | None, plugins: list[str], log: Path) -> vm.RunResult:
+              append: list[str], sh: str | None, plugins: list[str], log: Path, how: Boot) -> vm.RunResult:
     with tempfile.TemporaryDirectory(prefix="ukl-bootbench-") as td:
         extra = initramfs.args_archive(man.args if sh is None else [], Path(td), sh)
         return vm.boot(vm.RunSpec(bzimage=outdir / "bzImage", initrds=[outdir / "initramfs.cpio", extra], log=log,
                                   timeout=timeout, icount=icount, smp=1, memory=f"{memory}M", append=append,
-                                  show=False, accel="tcg", plugins=plugins))
+                                  show=False, accel="tcg", plugins=plugins, machine=how.machine,
+                                  direct=how.direct, savings=how.savings))
 
 
-def smoke_passes(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: int) -> bool:
+def smoke_passes(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: int, how: Boot) -> bool:
     sh, expect, timeout = smoke_script(t)
     log = outdir / f"smoke-{memory}M.log"
-    res = boot_once(outdir, man, icount, memory, timeout, [], sh, [], log)
+    res = boot_once(outdir, man, icount, memory, timeout, [], sh, [], log, how)
     if res.code != 0 or res.failures:
         return False
     text = log.read_text(errors="replace")
@@ -429,11 +468,11 @@ def smoke_passes(outdir: Path, man: image.Manifest, t: Target, icount: bool, mem
 
 
 def measure(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: int,
-            timeout: float, run: int) -> Timeline:
+            timeout: float, run: int, how: Boot) -> Timeline:
     """One boot with the plugin's points: to main(), and for a server to the
     first answer to its probe (the prober then stops it)."""
     probe = server_probe(t.recipe)
-    points = boot_points(outdir, man, probe is not None)
+    points = boot_points(outdir, man, probe is not None, how.direct)
     report = outdir / "bootbench-points.json"
     report.unlink(missing_ok=True)
     append = [f"{STAMP_ENV}=1"]
@@ -441,7 +480,7 @@ def measure(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: 
         append.append(f"{PROBE_ENV}={probe[0]}:{probe[1].hex()}")
     log = outdir / f"boot-{run}.log"
     res = boot_once(outdir, man, icount, memory, timeout, append, None, [plugin_option(plugin.build(), report, points)],
-                    log)
+                    log, how)
     if res.failures or res.timed_out or not report.is_file():
         raise UklError(f"{t.label} under '{man.config}' did not boot to the end (status {res.code})", f"see {log}")
     console = log.read_text(errors="replace")
@@ -452,45 +491,60 @@ def measure(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: 
     return tl
 
 
-def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, mem_range: tuple[int, int],
-                steps: int, timeout: float) -> Row:
+def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, mem_range: tuple[int, int] | None,
+                steps: int, timeout: float, boot: str = DEFAULT_BOOTS) -> Row:
+    """MEM_RANGE None: no least-memory bisection."""
+    how = BOOTS[boot]
     out = image_dir(t.label, config)
     with ui.step(f"building {t.label} for '{config}'"):
         man = image.build(build_spec(t, config, out))
     sizes = image_sizes(out, man.vmlinux_path())
+    if how.direct:
+        # What the VMM loads: the uncompressed kernel, and the initramfs
+        sizes.kernel_bytes = len(bzimage.direct_kernel((out / "bzImage").read_bytes(), str(out / "bzImage"))[0])
     runs = []
     for i in range(repeat):
-        with ui.step(f"booting {t.label} under '{config}' (run {i + 1} of {repeat})"):
-            runs.append(measure(out, man, t, icount, memory, timeout, i))
+        with ui.step(f"booting {t.label} under '{config}', {boot} (run {i + 1} of {repeat})"):
+            runs.append(measure(out, man, t, icount, memory, timeout, i, how))
     first = runs[0]
-    lo, hi = mem_range
-    with ui.step(f"bisecting {t.label}'s least memory under '{config}' ({lo}..{hi} MiB)") as st:
-        def ok(mib: int) -> bool:
-            st.update(f"{mib} MiB")
-            return smoke_passes(out, man, t, icount, mib)
-        least, trials = bisect_memory(ok, lo, hi, steps)
+    least: int | None = None
+    trials: list[tuple[int, bool]] = []
+    if mem_range is not None:
+        lo, hi = mem_range
+        with ui.step(f"bisecting {t.label}'s least memory under '{config}', {boot} ({lo}..{hi} MiB)") as st:
+            def ok(mib: int) -> bool:
+                st.update(f"{mib} MiB")
+                return smoke_passes(out, man, t, icount, mib, how)
+            least, trials = bisect_memory(ok, lo, hi, steps)
     notes = list(first.notes)
     if len({r.instructions for r in runs}) > 1:
         notes.append("the runs' instruction counts differ")
     return Row(t.label, config, False, man.kernel_release, sizes.image_bytes, sizes.kernel_bytes,
                sizes.initramfs_bytes, sizes.text_bytes, sizes.data_bytes, sizes.bss_bytes, memory, first.ns,
                first.instructions, first.wall_ms, first.clock_offset_ns, first.reply_ns, first.reply_instructions,
-               first.reply_wall_ms, least, trials, [r.instructions for r in runs], first.phases, first.exact, notes)
+               first.reply_wall_ms, least, trials, [r.instructions for r in runs], first.phases, first.exact, notes,
+               boot)
 
 
 def run(apps: list[str], configs: list[str], icount: bool, repeat: int, mem_range: tuple[int, int], steps: int,
-        timeout: float, memory: int = MEASURE_MEMORY, save: Callable[[Report], None] | None = None) -> Report:
+        timeout: float, memory: int = MEASURE_MEMORY, save: Callable[[Report], None] | None = None,
+        boot_names: list[str] | None = None, bisect: bool = True) -> Report:
+    """Every application under every configuration and boot method
+    (BOOT_NAMES, default DEFAULT_BOOTS); BISECT: find the least memory."""
     targets = [resolve_app(a) for a in apps]     # every name checked before any work
     check_configs(configs)
+    methods = boot_names or [DEFAULT_BOOTS]
     if not mem_range[0] < memory:
         raise UklError(f"--memory {memory} is not above the bisection's lower bound {mem_range[0]}",
                        "raise --memory or lower --memory-range")
     report = Report(icount, bench.machine(), vm.qemu_version("qemu-system-x86_64"), mem_range, steps)
     for t in targets:
         for config in configs:
-            report.rows.append(measure_app(t, config, icount, repeat, memory, mem_range, steps, timeout))
-            if save:
-                save(report)
+            for boot in methods:
+                report.rows.append(measure_app(t, config, icount, repeat, memory, mem_range if bisect else None,
+                                               steps, timeout, boot))
+                if save:
+                    save(report)
     return report
 
 
@@ -548,7 +602,7 @@ def millions(n: int | None) -> str:
     return "-" if n is None else f"{n / 1e6:.1f} M"
 
 
-HEADINGS = ["app", "config", "image MB (kernel + initramfs)", "vmlinux text / data / bss MB",
+HEADINGS = ["app", "config", "boot", "image MB (kernel + initramfs)", "vmlinux text / data / bss MB",
             "boot to main() ms (guest)", "instructions", "wall, TCG s", "first reply ms (guest)",
             "first reply wall, TCG s", "min memory MiB"]
 
@@ -558,7 +612,7 @@ def cells(r: Row) -> list[str]:
     fails = [m for m, ok in r.memory_trials if not ok]
     if r.min_memory_mib is not None:
         memory += f" (fails at {max(fails)})" if fails else " (not bounded below)"
-    return [r.app, r.config, f"{mb(r.image_bytes)} ({mb(r.kernel_bytes)} + {mb(r.initramfs_bytes)})",
+    return [r.app, r.config, r.boot, f"{mb(r.image_bytes)} ({mb(r.kernel_bytes)} + {mb(r.initramfs_bytes)})",
             f"{mb(r.text_bytes)} / {mb(r.data_bytes)} / {mb(r.bss_bytes)}",
             ms(r.boot_to_main_ns) + ("" if r.exact else " *"), millions(r.boot_to_main_instructions),
             f"{r.boot_to_main_wall_ms / 1e3:.2f}", ms(r.first_reply_ns),
@@ -608,15 +662,27 @@ def markdown(report: Report, plot_file: Path | None, md_file: Path | None = None
               "decompressor (`decompressor`), vmlinux's entry (`kernel`), init's stamp just before it starts "
               "the application (`init`), `main()`, and a server's first answer (`reply`).", ""]
     phase_names = list(dict.fromkeys(p for r in report.rows for p in r.phases))
-    lines += ["| app | config | " + " | ".join(phase_names) + " | TSC - instructions at init's stamp (ns) | -m MiB |",
-              "|---|---|" + "---|" * (len(phase_names) + 2)]
+    lines += ["| app | config | boot | " + " | ".join(phase_names)
+              + " | TSC - instructions at init's stamp (ns) | -m MiB |",
+              "|---|---|---|" + "---|" * (len(phase_names) + 2)]
     for r in report.rows:
-        lines.append(f"| {r.app} | {r.config} | " + " | ".join(millions(r.phases.get(p)) for p in phase_names)
+        lines.append(f"| {r.app} | {r.config} | {r.boot} | "
+                     + " | ".join(millions(r.phases.get(p)) for p in phase_names)
                      + f" | {'-' if r.clock_offset_ns is None else r.clock_offset_ns} | {r.memory_mib} |")
     offsets = [abs(r.clock_offset_ns) for r in report.rows if r.clock_offset_ns is not None and r.clock_offset_ns < 0]
     if offsets:
         lines += ["", f"The plugin's overcount before init's stamp is {min(offsets):,} to {max(offsets):,} "
                   f"instructions here ({max(offsets) / 1e6:.2f} ms at most; see below)."]
+    used = list(dict.fromkeys(r.boot for r in report.rows))
+    lines += ["", "## Boot methods", "",
+              "Each row's `boot`: how QEMU boots the image. The savings are kernel command-line words that tell "
+              "the guest what it would otherwise wait to measure or check (tools/ukltool/vm.py, BOOT_SAVINGS): "
+              "`no_timer_check` skips the IO-APIC timer check's wait for ticks; `noapictimer` skips the local "
+              "APIC timer's 100 ms calibration, which a CPU without the TSC deadline timer (TCG's) needs, and "
+              "takes the ticks from the HPET. Direct boot loads the uncompressed kernel (the bzImage's payload, "
+              "an ELF file with 2 MiB-aligned segments) and jumps to its PVH entry: no decompression, and under "
+              "microvm no BIOS; the image bytes of such a row are that file's and the initramfs's.", "",
+              "| boot | what |", "|---|---|", *[f"| {b} | {BOOTS[b].what if b in BOOTS else '-'} |" for b in used]]
     lines += ["", "## Published figures of other systems", "",
               "Not measured here: other machines, VMMs, kernels and definitions of boot time. Sources as cited "
               "in issue 36.", "", *peer_rows(load_peers()), "", "## How it is measured", "", METHOD]
@@ -626,7 +692,8 @@ def markdown(report: Report, plot_file: Path | None, md_file: Path | None = None
 METHOD = f"""* **Time origin: the kernel's first instruction**, the real-mode setup code's entry where QEMU's
   `-kernel` loader jumps (linear 0x10200 for a modern bzImage), so the firmware (SeaBIOS) does not count
   and the decompression does (a VMM that loads vmlinux directly skips it; the `decompressor..kernel`
-  column shows what that saves).
+  column shows what that saves). Booted direct, the origin is the kernel's PVH entry (`setup` and
+  `decompressor` are both that point).
 * **Points**: our QEMU plugin (`tools/plugin/insnclass.c`, option `at=`) records the instructions executed
   before the first execution of each address in a chain, each armed once the one before has run, the
   idle instructions (HLT, MWAIT) executed before it, and the host's clock then. `main()` is `ukl_main` in

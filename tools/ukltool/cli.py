@@ -243,6 +243,12 @@ def parser() -> argparse.ArgumentParser:
                    help="how a thread waits for the host's answer until it calls ukl_remote_poll() or "
                    "ukl_remote_irq(): spinning (default), or sleeping until the host's interrupt; "
                    "the host then sleeps between requests too")
+    r.add_argument("--machine", choices=vm.MACHINES, default="pc",
+                   help="QEMU's machine: pc (default: firmware, ACPI, PCI) or microvm (no PCI: virtio-mmio "
+                   "devices; no --remote)")
+    r.add_argument("--direct", action="store_true",
+                   help="boot the uncompressed kernel through its PVH entry: no firmware and no decompression "
+                   "(the x86/HVM direct boot ABI, as Firecracker boots)")
     r.add_argument("--log", type=Path, help="console log file (default OUTDIR/console.log)")
     r.add_argument("-v", "--verbose", action="store_true", help="show the kernel's boot messages")
     r.add_argument("args", nargs="*", metavar="ARGS",
@@ -501,7 +507,7 @@ def cmd_run(a: argparse.Namespace) -> int:
                                  interactive=a.shell, accel=None if a.accel == "auto" else a.accel,
                                  remote=a.remote.resolve() if a.remote else None,
                                  remote_idle_us=a.remote_idle_us, remote_notify=a.remote_notify,
-                                 side_dir=a.outdir))
+                                 side_dir=a.outdir, machine=a.machine, direct=a.direct))
     if res.failures:
         ui.err.print(f"[bold red]ukl: the kernel failed[/] (log: {log}):")
         for line in res.failures[:40]:
@@ -571,6 +577,10 @@ def _bench_boot_parser(bs: argparse._SubParsersAction) -> None:
     bb.add_argument("--memory-steps", type=int, default=bootbench.MEMORY_STEPS, metavar="N",
                     help=f"boots of the bisection after the upper bound's (default {bootbench.MEMORY_STEPS}; "
                     "0: only check the upper bound)")
+    bb.add_argument("--boots", default=bootbench.DEFAULT_BOOTS, metavar="LIST",
+                    help="comma-separated boot methods, each measured (default %(default)s): "
+                    + "; ".join(f"{k}: {b.what}" for k, b in bootbench.BOOTS.items()))
+    bb.add_argument("--no-memory", action="store_true", help="do not bisect the least memory")
     bb.add_argument("--timeout", type=_positive, default=600.0, metavar="S", help="per boot (default 600)")
     bb.add_argument("--json", type=Path, metavar="FILE", help="write the rows as JSON (after each one)")
     bb.add_argument("--markdown", type=Path, metavar="FILE.md", help="write the report as Markdown")
@@ -589,7 +599,8 @@ def cmd_bench_boot(a: argparse.Namespace) -> int:
             raise UklError(f"--memory-steps {a.memory_steps}: must be 0 or more", "e.g. --memory-steps 6")
         report = bootbench.run(bootbench.names(a.apps, "--apps"), bootbench.names(a.configs, "--configs"),
                                a.icount, a.repeat, bootbench.parse_range(a.memory_range), a.memory_steps,
-                               a.timeout, a.memory, (lambda r: bootbench.save_json(r, a.json)) if a.json else None)
+                               a.timeout, a.memory, (lambda r: bootbench.save_json(r, a.json)) if a.json else None,
+                               bootbench.boots(a.boots), not a.no_memory)
     bootbench.show(report)
     if a.json:
         bootbench.save_json(report, a.json)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from ukltool import initramfs, kernel, logscan, profiles, protocol, remote, ui
+from ukltool import bzimage, initramfs, kernel, logscan, profiles, protocol, remote, ui
 from ukltool.errors import UklError
 from ukltool.paths import cache_dir
 from ukltool.proc import capture, need_tool
@@ -52,6 +52,9 @@ class RunSpec:
     remote_idle_us: int = 1000  # the shadow polls this long after a request before it sleeps (-1: always)
     remote_notify: str = "poll"  # how a guest thread waits for the host unless it chooses (remote.NOTIFY_MODES)
     side_dir: Path | None = None  # where LOG.cmd and the shadow's log go (default: beside the log)
+    machine: str = "pc"  # QEMU's machine: MACHINES
+    direct: bool = False  # boot the uncompressed kernel by its PVH entry (bzimage.py): no firmware, no decompression
+    savings: tuple[str, ...] | None = None  # kernel arguments of BOOT_SAVINGS to pass (None: those that apply)
 
 
 @dataclass
@@ -140,27 +143,72 @@ def choose_accel(qemu: str, probe_kernel: Path, forced: str | None = None) -> st
     return accel
 
 
+MACHINES = ("pc", "microvm")
+
+# What the guest can be told instead of measuring or checking at boot
+# (docs/results-boot.md measures each): the words, and when they apply.
+#   no_timer_check: the IO-APIC timer check waits for timer ticks to see
+#     that the timer interrupt is routed; QEMU's routing is known good.
+#   noapictimer: the local APIC timer is calibrated against another clock
+#     for 100 ms of ticks (apic.c, calibrate_APIC_clock()) unless the CPU
+#     has the TSC deadline timer, which KVM's -cpu host has and TCG lacks.
+#     A one-CPU TCG guest on -M pc takes its ticks from the HPET instead.
+#     (microvm's guest does not wait there.)
+BOOT_SAVINGS = ("no_timer_check", "noapictimer")
+
+
+def boot_savings(spec: RunSpec, accel: str) -> list[str]:
+    """The BOOT_SAVINGS words for this boot."""
+    if spec.savings is not None:
+        unknown = [w for w in spec.savings if w not in BOOT_SAVINGS]
+        if unknown:
+            raise UklError(f"unknown boot saving(s): {', '.join(unknown)}", f"choose from {', '.join(BOOT_SAVINGS)}")
+        return list(spec.savings)
+    words = ["no_timer_check"]
+    if accel == "tcg" and spec.smp == 1 and spec.machine == "pc":
+        words.append("noapictimer")
+    return words
+
+
+def check_machine(spec: RunSpec) -> None:
+    if spec.machine not in MACHINES:
+        raise UklError(f"unknown machine '{spec.machine}'", f"choose from {', '.join(MACHINES)}")
+    if spec.machine == "microvm" and spec.remote is not None:
+        raise UklError("remote system calls need -M pc: their ring is a PCI device (ivshmem-doorbell)",
+                       "run without --machine microvm")
+
+
 # Under --icount: QEMU's seed for guest randomness, and the guest's date
 ICOUNT_SEED = "1"
 ICOUNT_DATE = "2026-01-01T00:00:00"
 
 
 def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path, status_file: Path,
-                 shadow: remote.Shadow | None = None) -> list[str]:
+                 shadow: remote.Shadow | None = None, kernel_file: Path | None = None) -> list[str]:
+    """QEMU's command line; KERNEL_FILE: what -kernel loads (default the bzImage)."""
+    check_machine(spec)
     loglevel = "8" if spec.verbose else "5"
     # printk.time=1: the kernel's messages carry a stamp, which tells them
     # from the application's output on the same console (logscan)
     append = ["console=ttyS0", f"loglevel={loglevel}", "printk.time=1", "panic=-1", "oops=panic",
-              "nokaslr", "tsc=reliable", *spec.append]
+              "nokaslr", "tsc=reliable", *boot_savings(spec, accel), *spec.append]
     if not any(w.startswith(profiles.KERNEL_PARAM + "=") for w in append):
         append += profiles.image_kernel_args(spec.bzimage.parent)  # the image's profile
     if spec.icount and "norandmaps" not in append:
         append.append("norandmaps")  # random layouts change instruction counts
+    machine = spec.machine + (shadow.machine_suffix if shadow else "")
     cmd = [qemu, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-           "-M", "pc" + (shadow.machine_suffix if shadow else ""), "-m", spec.memory, "-smp", str(spec.smp),
-           "-kernel", str(spec.bzimage), "-initrd", str(initrd), "-append", " ".join(append),
-           "-serial", "stdio", "-serial", f"file:{status_file}",
-           "-device", DEBUG_EXIT]
+           "-M", machine, "-m", spec.memory, "-smp", str(spec.smp),
+           "-kernel", str(kernel_file or spec.bzimage), "-initrd", str(initrd), "-append", " ".join(append),
+           "-serial", "stdio"]
+    if spec.machine == "microvm":
+        # microvm makes one ISA serial port (ttyS0): the status channel,
+        # ttyS1, is added at the second port's address
+        cmd += ["-chardev", f"file,id=ukl-status,path={status_file}",
+                "-device", "isa-serial,chardev=ukl-status,iobase=0x2f8,irq=3"]
+    else:
+        cmd += ["-serial", f"file:{status_file}"]
+    cmd += ["-device", DEBUG_EXIT]
     if accel == "kvm":
         cmd += ["-accel", "kvm", "-cpu", "host"]
     else:
@@ -179,9 +227,10 @@ def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path, status_file
         cmd += shadow.qemu_args()
     # Extra QEMU arguments for debugging (UKL_QEMU_ARGS="-s -S": gdb stub)
     cmd += shlex.split(os.environ.get("UKL_QEMU_ARGS", ""))
+    nic = "virtio-net-device" if spec.machine == "microvm" else "virtio-net-pci"  # virtio-mmio without PCI
     if spec.tap:
         cmd += ["-netdev", f"tap,id=n0,ifname={spec.tap},script=no,downscript=no",
-                "-device", "virtio-net-pci,netdev=n0"]
+                "-device", f"{nic},netdev=n0"]
         return cmd
     if spec.icount and not spec.forwards:
         # Packets from the host arrive at host-chosen moments: no network
@@ -190,7 +239,7 @@ def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path, status_file
     net = "user,id=n0"
     for host, guest in spec.forwards:
         net += f",hostfwd=tcp:127.0.0.1:{host}-:{guest}"
-    cmd += ["-netdev", net, "-device", "virtio-net-pci,netdev=n0"]
+    cmd += ["-netdev", net, "-device", f"{nic},netdev=n0"]
     return cmd
 
 
@@ -281,6 +330,11 @@ def boot(spec: RunSpec) -> RunResult:
             for part in spec.initrds:
                 out.write(part.read_bytes())
         status_file = Path(td) / "status"
+        kernel_file = None
+        if spec.direct:
+            check_machine(spec)
+            kernel_file = Path(td) / "vmlinux"
+            kernel_file.write_bytes(bzimage.direct_kernel(spec.bzimage.read_bytes(), str(spec.bzimage))[0])
         with ExitStack() as stack:
             shadow = None
             if spec.remote is not None:
@@ -288,7 +342,7 @@ def boot(spec: RunSpec) -> RunResult:
                 shadow = stack.enter_context(remote.Shadow(spec.remote, remote.parse_memory(spec.memory),
                                                            side / "shadow.log", spec.remote_idle_us,
                                                            notify=spec.remote_notify))
-            cmd = qemu_command(qemu, spec, accel, initrd, status_file, shadow)
+            cmd = qemu_command(qemu, spec, accel, initrd, status_file, shadow, kernel_file)
             (side / f"{spec.log.stem}.cmd").write_text(" ".join(cmd) + "\n")
             start = time.monotonic()
             timed_out = False

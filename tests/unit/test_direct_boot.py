@@ -1,0 +1,109 @@
+"""Direct boot and the boot savings, without booting: the uncompressed
+kernel taken out of a bzImage (its PVH note), and QEMU's command line for
+-M microvm and for each saving."""
+
+from __future__ import annotations
+
+import gzip
+import struct
+
+import pytest
+
+from ukltool import bzimage, vm
+from ukltool.errors import UklError
+
+
+def elf_with_notes(notes: bytes) -> bytes:
+    """A minimal ELF64 file: one PT_NOTE segment holding NOTES."""
+    ehsize, phsize = 64, 56
+    off = ehsize + phsize
+    ident = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)
+    header = ident + struct.pack("<HHIQQQIHHHHHH", 2, 62, 1, 0x1000000, ehsize, 0, 0, ehsize, phsize, 1, 64, 0, 0)
+    phdr = struct.pack("<IIQQQQQQ", 4, 4, off, 0, 0, len(notes), len(notes), 4)
+    return header + phdr + notes
+
+
+def note(name: bytes, ntype: int, desc: bytes) -> bytes:
+    def pad(b: bytes) -> bytes:
+        return b + bytes(-len(b) % 4)
+    return struct.pack("<III", len(name) + 1, len(desc), ntype) + pad(name + b"\0") + pad(desc)
+
+
+def fake_bzimage(payload: bytes, protocol: int = 0x20F, setup_sects: int = 1) -> bytes:
+    """A bzImage-shaped file: setup sectors with the boot protocol header,
+    then the protected-mode code with PAYLOAD at its start."""
+    head = bytearray((setup_sects + 1) * 512)
+    head[0x1F1] = setup_sects
+    head[0x202:0x206] = b"HdrS"
+    struct.pack_into("<H", head, 0x206, protocol)
+    struct.pack_into("<II", head, 0x248, 0, len(payload))
+    return bytes(head) + payload
+
+
+def test_the_pvh_entry_is_read_from_the_payload():
+    elf = elf_with_notes(note(b"GNU", 3, bytes(20)) + note(b"Xen", 18, struct.pack("<I", 0x1A2B3C4)))
+    out, entry = bzimage.direct_kernel(fake_bzimage(gzip.compress(elf, mtime=0)))
+    assert out == elf and entry == 0x1A2B3C4
+
+
+def test_a_kernel_without_pvh_is_refused_with_a_hint():
+    elf = elf_with_notes(note(b"GNU", 3, bytes(20)))
+    with pytest.raises(UklError) as e:
+        bzimage.direct_kernel(fake_bzimage(gzip.compress(elf, mtime=0)), "out/x/bzImage")
+    assert "no PVH entry" in str(e.value) and "out/x/bzImage" in str(e.value)
+
+
+@pytest.mark.parametrize("data,what", [
+    (b"not a kernel" * 100, "no bzImage"),
+    (fake_bzimage(gzip.compress(b"x"), protocol=0x207), "older than boot protocol 2.08"),
+    (fake_bzimage(b"\x28\xb5\x2f\xfd" + bytes(60)), "not gzip-compressed"),
+    (fake_bzimage(b"\x1f\x8b\x08\x00garbage"), "does not decompress"),
+    (fake_bzimage(gzip.compress(b"not an elf file")), "no ELF file"),
+])
+def test_bad_kernels_give_clear_errors(data, what):
+    with pytest.raises(UklError) as e:
+        bzimage.payload(data)
+    assert what in str(e.value)
+
+
+def spec(tmp_path, **kw) -> vm.RunSpec:
+    return vm.RunSpec(bzimage=tmp_path / "bzImage", initrds=[], log=tmp_path / "log", **kw)
+
+
+def append_of(cmd: list[str]) -> list[str]:
+    return cmd[cmd.index("-append") + 1].split()
+
+
+def test_savings_apply_where_they_help(tmp_path):
+    # one TCG CPU on -M pc: both; two CPUs or KVM: the APIC timer stays
+    assert {"no_timer_check", "noapictimer"} <= set(
+        append_of(vm.qemu_command("qemu", spec(tmp_path, smp=1), "tcg", tmp_path / "i", tmp_path / "s")))
+    for s, accel in ((spec(tmp_path, smp=2), "tcg"), (spec(tmp_path, smp=1), "kvm")):
+        words = append_of(vm.qemu_command("qemu", s, accel, tmp_path / "i", tmp_path / "s"))
+        assert "no_timer_check" in words and "noapictimer" not in words
+    # a measurement chooses them one by one, or none
+    for chosen in ((), ("noapictimer",)):
+        words = append_of(vm.qemu_command("qemu", spec(tmp_path, smp=1, savings=chosen), "tcg",
+                                          tmp_path / "i", tmp_path / "s"))
+        assert [w for w in words if w in vm.BOOT_SAVINGS] == list(chosen)
+    with pytest.raises(UklError, match="unknown boot saving"):
+        vm.qemu_command("qemu", spec(tmp_path, savings=("lpj=1",)), "tcg", tmp_path / "i", tmp_path / "s")
+
+
+def test_microvm_has_the_status_port_and_mmio_network(tmp_path):
+    cmd = vm.qemu_command("qemu", spec(tmp_path, machine="microvm", forwards=[(8080, 80)]), "tcg",
+                          tmp_path / "i", tmp_path / "s", kernel_file=tmp_path / "vmlinux")
+    assert cmd[cmd.index("-M") + 1] == "microvm" and cmd[cmd.index("-kernel") + 1] == str(tmp_path / "vmlinux")
+    # ttyS1 (the status channel) at the second port; virtio-mmio, not PCI
+    assert f"file,id=ukl-status,path={tmp_path / 's'}" in cmd
+    assert "isa-serial,chardev=ukl-status,iobase=0x2f8,irq=3" in cmd
+    assert "virtio-net-device,netdev=n0" in cmd and not any("-pci" in w for w in cmd)
+    pc = vm.qemu_command("qemu", spec(tmp_path), "tcg", tmp_path / "i", tmp_path / "s")
+    assert pc[pc.index("-M") + 1] == "pc" and f"file:{tmp_path / 's'}" in pc and "virtio-net-pci,netdev=n0" in pc
+
+
+def test_machines_are_checked(tmp_path):
+    with pytest.raises(UklError, match="unknown machine"):
+        vm.qemu_command("qemu", spec(tmp_path, machine="q35"), "tcg", tmp_path / "i", tmp_path / "s")
+    with pytest.raises(UklError, match="ivshmem"):
+        vm.check_machine(spec(tmp_path, machine="microvm", remote=tmp_path))
