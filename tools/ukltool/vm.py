@@ -152,8 +152,8 @@ MACHINES = ("pc", "microvm")
 #   noapictimer: the local APIC timer is calibrated against another clock
 #     for 100 ms of ticks (apic.c, calibrate_APIC_clock()) unless the CPU
 #     has the TSC deadline timer, which KVM's -cpu host has and TCG lacks.
-#     A one-CPU TCG guest on -M pc takes its ticks from the HPET instead.
-#     (microvm's guest does not wait there.)
+#     A one-CPU TCG guest takes its ticks from the HPET (-M pc) or the PIT
+#     (microvm) instead.
 BOOT_SAVINGS = ("no_timer_check", "noapictimer")
 
 
@@ -165,7 +165,7 @@ def boot_savings(spec: RunSpec, accel: str) -> list[str]:
             raise UklError(f"unknown boot saving(s): {', '.join(unknown)}", f"choose from {', '.join(BOOT_SAVINGS)}")
         return list(spec.savings)
     words = ["no_timer_check"]
-    if accel == "tcg" and spec.smp == 1 and spec.machine == "pc":
+    if accel == "tcg" and spec.smp == 1:
         words.append("noapictimer")
     return words
 
