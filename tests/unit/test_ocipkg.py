@@ -184,3 +184,36 @@ def test_a_fifo_or_device_is_written_into_not_replaced(tmp_path):
     assert fifo.is_fifo() and got and got[0] == ocipkg.archive_bytes(ocipkg.build(out))
     res = ukl("pkg", out, "--oci", "/dev/null")
     assert res.returncode == 0 and Path("/dev/null").is_char_device(), res.stdout
+
+
+def test_firecracker_dir_holds_the_elf_kernel_and_a_vm_config(tmp_path):
+    out = fake_image(tmp_path, args=["--greeting", "hi there", ""])
+    vmlinux = tmp_path / "vmlinux"
+    vmlinux.write_bytes(b"\x7fELF fake vmlinux")
+    man = json.loads((out / "manifest.json").read_text())
+    man["vmlinux"] = str(vmlinux)  # absolute: outside the cache
+    (out / "manifest.json").write_text(json.dumps(man))
+    target = tmp_path / "fc"
+    res = ukl("pkg", out, "--firecracker", target)
+    assert res.returncode == 0 and "CONFIG_VIRTIO_MMIO" in res.stdout, res.stdout
+    assert (target / "vmlinux").read_bytes() == vmlinux.read_bytes()
+    assert (target / "initramfs.cpio").read_bytes() == (out / "initramfs.cpio").read_bytes()
+    cfg = json.loads((target / "vm-config.json").read_text())
+    boot = cfg["boot-source"]
+    assert boot["kernel_image_path"] == "vmlinux" and boot["initrd_path"] == "initramfs.cpio"
+    assert boot["boot_args"].endswith('rdinit=/init -- --greeting "hi there" ""'), boot["boot_args"]
+    assert "pci=off" in boot["boot_args"] and "ip=10.0.2.15::10.0.2.2:255.255.255.0::eth0:off" in boot["boot_args"]
+    assert cfg["network-interfaces"][0]["host_dev_name"] == "tap0" and cfg["drives"] == []
+    assert cfg["machine-config"]["vcpu_count"] >= 1 and not (tmp_path / "fc.partial").exists()
+    # written again over its own output; refused over anything else
+    assert ukl("pkg", out, "--firecracker", target).returncode == 0
+    for args, message in (([out, "--firecracker", tmp_path / "img"], "was not written by ukl pkg"),
+                          ([out, "--firecracker", out / "bzImage"], "is not a directory"),
+                          ([out, "--firecracker", target, "--oci", tmp_path / "x.tar"], "no --oci or --tag")):
+        res = ukl("pkg", *args)
+        assert res.returncode == 2 and message in res.stdout and "Traceback" not in res.stdout, res.stdout
+    vmlinux.unlink()
+    res = ukl("pkg", out, "--firecracker", tmp_path / "fc2")
+    assert res.returncode == 2 and "is gone from the cache" in res.stdout and not (tmp_path / "fc2").exists()
+    with pytest.raises(UklError, match="double quote"):
+        ocipkg._cmdline_word('say "hi"')

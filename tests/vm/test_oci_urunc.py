@@ -191,7 +191,7 @@ def test_redis_answers_through_the_container_network(containerd, outdir, tmp_pat
                                     "oci-redis"], stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
             # a SYN the booting guest does not answer yet waits: each try is bounded
-            cli = ["ip", "netns", "exec", client, "timeout", "10", "redis-cli", "-h", addr]
+            cli = ["ip", "netns", "exec", client, "timeout", "3", "redis-cli", "-h", addr]
             deadline = time.monotonic() + 180
             while subprocess.run([*cli, "ping"], capture_output=True, text=True, timeout=30).stdout.strip() != "PONG":
                 assert run.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]

@@ -259,6 +259,10 @@ def parser() -> argparse.ArgumentParser:
     pk.add_argument("outdir", type=Path, metavar="OUTDIR")
     pk.add_argument("--oci", type=Path, metavar="FILE.tar",
                     help="write an OCI image layout archive (a device or FIFO is written into, not replaced)")
+    pk.add_argument("--firecracker", type=Path, metavar="DIR",
+                    help="write DIR for Firecracker: the uncompressed kernel (vmlinux), the initramfs and "
+                    "vm-config.json (`firecracker --no-api --config-file vm-config.json` in DIR; needs KVM, "
+                    "and a kernel with virtio-mmio: docs/deploy.md)")
     pk.add_argument("--tag", metavar="REF",
                     help="the image's name, [DOMAIN/]PATH[:TAG] (default localhost/ukl/APP:latest); written "
                     "normalized as containerd's CRI names it (docker.io/library/redis:latest for redis)")
@@ -534,8 +538,18 @@ def cmd_run(a: argparse.Namespace) -> int:
 
 
 def cmd_pkg(a: argparse.Namespace) -> int:
-    if a.oci is None:
+    if a.oci is None and a.firecracker is None:
         raise UklError("ukl pkg: say what to write", f"for example: ukl pkg {a.outdir} --oci image.tar")
+    if a.firecracker is not None:
+        if a.oci is not None or a.tag is not None:
+            raise UklError("--firecracker writes a directory for Firecracker itself: no --oci or --tag with it",
+                           "run ukl pkg once for each (an OCI image for Firecracker: --oci with "
+                           "--hypervisor firecracker)")
+        ocipkg.firecracker_dir(a.outdir, a.firecracker)
+        ui.info(f"wrote {a.firecracker}: run `firecracker --no-api --config-file {ocipkg.FIRECRACKER_CONFIG}` "
+                f"in it with a tap device {ocipkg.FIRECRACKER_TAP} (KVM, and a kernel with "
+                f"{' and '.join(ocipkg.FIRECRACKER_KCONFIG)})")
+        return 0
     pkg = ocipkg.package(a.outdir, a.oci, a.tag, a.hypervisor)
     ui.info(f"wrote {a.oci}: {pkg.reference} ({pkg.manifest.digest}); "
             f"import it with `ctr image import {a.oci}`")

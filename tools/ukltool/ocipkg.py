@@ -305,3 +305,70 @@ def package(outdir: Path, target: Path, tag: str | None = None, hypervisor: str 
     pkg = build(outdir, tag, hypervisor)
     write(archive_bytes(pkg), target)
     return pkg
+
+
+# `ukl pkg OUTDIR --firecracker DIR`: the files Firecracker boots, and its
+# configuration (`firecracker --no-api --config-file vm-config.json` in DIR).
+FIRECRACKER_CONFIG = "vm-config.json"
+FIRECRACKER_TAP = "tap0"
+# What the kernel needs for it (docs/deploy.md): Firecracker's devices are
+# virtio-mmio devices it names on the command line, with no PCI.
+FIRECRACKER_KCONFIG = ("CONFIG_VIRTIO_MMIO", "CONFIG_VIRTIO_MMIO_CMDLINE_DEVICES")
+GUEST_MAC = "06:00:0a:00:02:0f"
+
+
+def _cmdline_word(arg: str) -> str:
+    """ARG as one word of the kernel command line: the kernel splits at
+    spaces outside double quotes, which it removes; an argument cannot
+    hold a double quote."""
+    if '"' in arg:
+        raise UklError(f"argument {arg!r} has a double quote, which the kernel command line cannot carry",
+                       "change the image's arguments (ukl build ... then ukl pkg)")
+    return f'"{arg}"' if not arg or any(c.isspace() for c in arg) else arg
+
+
+def firecracker_config(man: image.Manifest, initrd: bool) -> dict[str, object]:
+    args = " ".join(_cmdline_word(a) for a in man.args)
+    # ip=: ukl-init gives eth0 the address `ukl run` gives it; reboot=k:
+    # Firecracker ends when the guest resets through the keyboard controller
+    boot = (f"console=ttyS0 reboot=k panic=-1 pci=off ip=10.0.2.15::10.0.2.2:255.255.255.0::eth0:off "
+            f"{' '.join(ENV)} rdinit={INIT} --" + (f" {args}" if args else ""))
+    source: dict[str, object] = {"kernel_image_path": "vmlinux", "boot_args": boot}
+    if initrd:
+        source["initrd_path"] = "initramfs.cpio"
+    return {"boot-source": source,
+            "machine-config": {"vcpu_count": 1, "mem_size_mib": 256, "smt": False},
+            "drives": [],
+            "network-interfaces": [{"iface_id": "eth0", "guest_mac": GUEST_MAC,
+                                    "host_dev_name": FIRECRACKER_TAP}]}
+
+
+def firecracker_dir(outdir: Path, target: Path) -> Path:
+    """DIR with vmlinux (the uncompressed kernel: Firecracker boots an ELF),
+    the initramfs and vm-config.json; written as DIR.partial and renamed."""
+    import shutil
+    man = image.load(outdir)
+    vmlinux = _kernel_file(outdir, man, "firecracker")
+    initrd = outdir / "initramfs.cpio"
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise UklError(f"--firecracker {target} exists and is not a directory", "name a new or an earlier DIR")
+    if target.is_dir() and any(target.iterdir()) and not (target / FIRECRACKER_CONFIG).is_file():
+        raise UklError(f"--firecracker {target} is not empty and was not written by ukl pkg",
+                       "choose another DIR or empty it")
+    if not target.parent.is_dir():
+        raise UklError(f"--firecracker {target}: {target.parent} is not a directory", "create it first")
+    cfg = firecracker_config(man, initrd.is_file())
+    tmp = target.with_name(target.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir()
+        shutil.copyfile(vmlinux, tmp / "vmlinux")
+        if initrd.is_file():
+            shutil.copyfile(initrd, tmp / "initramfs.cpio")
+        (tmp / FIRECRACKER_CONFIG).write_bytes(_json(cfg))
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise UklError(f"cannot write {target}: {e.strerror}", "check the path and the free space") from None
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+    return target
