@@ -14,6 +14,16 @@
  * N is the exit status, or 128+signal when the application was killed.
  * The application is never PID 1, so its crash is a status, not a panic.
  *
+ * Without /etc/ukl/args (images run by urunc, docs/deploy.md), the arguments
+ * are init's own: the kernel command line's words after "--"; urunc wraps an
+ * argument with spaces in single quotes, which the kernel splits, so such
+ * words are joined again. The kernel passes unknown "NAME=VALUE" words to
+ * init as its environment: the application gets them (a container's
+ * environment), over the defaults, except ukl_* and ip=; and
+ * ip=ADDR::GATEWAY:NETMASK:HOST:eth0:off (what urunc passes for the
+ * container's network, read here since the kernel has no IP_PNP) gives eth0
+ * that address instead of 10.0.2.15.
+ *
  * For `ukl bench boot` (kernel command line; the kernel passes such words
  * to init as environment variables):
  *   - ukl_stamp=1: right before exec'ing the application, read the time
@@ -77,8 +87,8 @@ static void set_addr(int s, struct ifreq *ifr, unsigned long req, const char *ad
 		say("cannot configure %s", ifr->ifr_name);
 }
 
-/* Bring up NAME; with ADDR, give it ADDR/24 (and, for eth0, a default route) */
-static void iface_up(const char *name, const char *addr)
+/* Bring up NAME; with ADDR, give it ADDR/MASK and a default route via GW */
+static void iface_up(const char *name, const char *addr, const char *mask, const char *gw)
 {
 	struct ifreq ifr = { 0 };
 	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -92,20 +102,19 @@ static void iface_up(const char *name, const char *addr)
 	}
 	if (addr) {
 		set_addr(s, &ifr, SIOCSIFADDR, addr);
-		set_addr(s, &ifr, SIOCSIFNETMASK, "255.255.255.0");
+		set_addr(s, &ifr, SIOCSIFNETMASK, mask);
 	}
 	ifr.ifr_flags |= IFF_UP;
 	if (ioctl(s, SIOCSIFFLAGS, &ifr))
 		say("cannot bring up %s", name);
-	if (addr) {
-		/* QEMU user networking: the host is 10.0.2.2 */
+	if (addr && gw && *gw) {
 		struct rtentry rt = { .rt_flags = RTF_UP | RTF_GATEWAY };
-		struct sockaddr_in *gw = (struct sockaddr_in *)&rt.rt_gateway;
+		struct sockaddr_in *gw_sin = (struct sockaddr_in *)&rt.rt_gateway;
 
 		((struct sockaddr_in *)&rt.rt_dst)->sin_family = AF_INET;
 		((struct sockaddr_in *)&rt.rt_genmask)->sin_family = AF_INET;
-		gw->sin_family = AF_INET;
-		inet_pton(AF_INET, "10.0.2.2", &gw->sin_addr);
+		gw_sin->sin_family = AF_INET;
+		inet_pton(AF_INET, gw, &gw_sin->sin_addr);
 		if (ioctl(s, SIOCADDRT, &rt))
 			say("cannot add the default route via %s", name);
 	}
@@ -249,13 +258,100 @@ static void probe(const char *spec, pid_t app)
 	_exit(0);
 }
 
-int main(void)
+/*
+ * ip=ADDR:SERVER:GATEWAY:NETMASK:HOST:DEVICE:AUTOCONF (the kernel's nfsroot
+ * syntax, as urunc writes it): eth0's address, netmask and gateway, or the
+ * QEMU user network's 10.0.2.15/24 via 10.0.2.2 (`ukl run --forward`).
+ */
+static void eth0_up(void)
+{
+	static char ip[256];
+	const char *env = getenv("ip");
+	char *f[7] = { 0 }, *p = ip;
+
+	if (!env) {
+		iface_up("eth0", "10.0.2.15", "255.255.255.0", "10.0.2.2");
+		return;
+	}
+	snprintf(ip, sizeof(ip), "%s", env);
+	for (int i = 0; i < 7 && p; i++) {
+		f[i] = p;
+		p = strchr(p, ':');
+		if (p)
+			*p++ = 0;
+	}
+	if (!f[0] || !*f[0] || !f[3] || !*f[3]) {
+		say("ip=%s: not ADDR::GATEWAY:NETMASK:...", env);
+		return;
+	}
+	iface_up("eth0", f[0], f[3], f[2]);
+}
+
+/*
+ * The application's arguments from init's (the words after "--"): a word
+ * that starts with a single quote begins an argument that ends with the
+ * word that ends with one (urunc's convention for arguments with spaces).
+ */
+static int cmdline_args(int kargc, char **kargv, char **argv, int argc)
+{
+	static char joined[65536];
+	size_t used = 0;
+
+	for (int i = 1; i < kargc && argc <= MAX_ARGS; i++) {
+		char *w = kargv[i], *start = joined + used;
+
+		if (w[0] != '\'') {
+			argv[argc++] = w;
+			continue;
+		}
+		for (w++;; w = kargv[++i]) {
+			size_t len = strlen(w);
+			int last = len && w[len - 1] == '\'';
+
+			len -= last;
+			if (used + len + 2 > sizeof(joined))
+				len = sizeof(joined) - used - 2;
+			memcpy(joined + used, w, len);
+			used += len;
+			if (last || i + 1 >= kargc)
+				break;
+			joined[used++] = ' ';
+		}
+		joined[used++] = 0;
+		argv[argc++] = start;
+	}
+	argv[argc] = NULL;
+	return argc;
+}
+
+/* The application's environment: DEFAULTS, and over them init's (the kernel's unknown NAME=VALUE words) */
+static void app_env(char **envp, int *n, int max)
+{
+	extern char **environ;
+
+	for (char **e = environ; e && *e && *n < max; e++) {
+		size_t name = strcspn(*e, "=");
+		int i;
+
+		if (!strncmp(*e, "ukl_", 4) || !strncmp(*e, "ip=", 3) || !(*e)[name])
+			continue;
+		for (i = 0; i < *n && strncmp(envp[i], *e, name + 1); i++)
+			;
+		envp[i] = *e;
+		if (i == *n)
+			(*n)++;
+	}
+	envp[*n] = NULL;
+}
+
+int main(int kargc, char **kargv)
 {
 	static char app[4096], args[65536];
 	static char *argv[MAX_ARGS + 2];
-	static char app_env[4200];
-	char *envp[] = { "PATH=/bin:/sbin:/usr/bin:/usr/sbin", "HOME=/",
-			 "TERM=linux", "LANG=C", NULL, NULL };
+	static char app_env_var[4200];
+	static char *envp[64 + 2] = { "PATH=/bin:/sbin:/usr/bin:/usr/sbin", "HOME=/",
+				      "TERM=linux", "LANG=C" };
+	int envc = 4;
 	ssize_t alen;
 	pid_t pid, w;
 	int status, argc = 0, fd, interactive;
@@ -272,9 +368,8 @@ int main(void)
 	mount_or_warn("proc", "/proc", "proc", NULL);
 	mount_or_warn("sysfs", "/sys", "sysfs", NULL);
 	mount_or_warn("tmpfs", "/tmp", "tmpfs", "mode=1777");
-	iface_up("lo", NULL);
-	/* QEMU user networking's guest address: `ukl run --forward` reaches it */
-	iface_up("eth0", "10.0.2.15");
+	iface_up("lo", NULL, NULL, NULL);
+	eth0_up();
 	if (sethostname("ukl", 3))
 		say("cannot set the hostname%s", "");
 
@@ -287,8 +382,8 @@ int main(void)
 	interactive = alen == 0;
 	if (alen >= 0) {
 		/* `ukl run --sh CMDS` (or --shell when empty): a shell instead */
-		snprintf(app_env, sizeof(app_env), "UKL_APP=%s", app);
-		envp[4] = app_env;
+		snprintf(app_env_var, sizeof(app_env_var), "UKL_APP=%s", app);
+		envp[envc++] = app_env_var;
 		strcpy(app, "/bin/sh");
 		argv[argc++] = "sh";
 		if (alen > 0) {
@@ -303,7 +398,10 @@ int main(void)
 		     p += strlen(p) + 1)
 			argv[argc++] = p;
 		argv[argc] = NULL;
+		if (alen < 0)	/* not `ukl run`: the kernel command line's */
+			argc = cmdline_args(kargc, kargv, argv, argc);
 	}
+	app_env(envp, &envc, 64);
 
 	fprintf(stderr, "ukl-init: starting %s\n", app);
 	pid = fork();

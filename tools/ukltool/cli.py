@@ -32,6 +32,7 @@ from ukltool import (
     libc,
     lock,
     ltp,
+    ocipkg,
     prefixes,
     profiles,
     project,
@@ -254,6 +255,27 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("args", nargs="*", metavar="ARGS",
                    help="the application's arguments (put them after --)")
     r.set_defaults(func=cmd_run)
+
+    pk = sub.add_parser("pkg", help="package a build result for other runtimes: an OCI image for containerd/urunc",
+                        description="Package OUTDIR (a `ukl build` result) as an OCI image archive that containerd "
+                        "imports (`ctr image import FILE.tar`) and runs with the urunc runtime: one layer with the "
+                        "kernel, the initramfs and /urunc.json; the application's arguments, environment and ports "
+                        "in the image configuration. The same OUTDIR gives the same archive, byte for byte. "
+                        "docs/deploy.md shows the way to `ctr run` and Kubernetes.")
+    pk.add_argument("outdir", type=Path, metavar="OUTDIR")
+    pk.add_argument("--oci", type=Path, metavar="FILE.tar",
+                    help="write an OCI image layout archive (a device or FIFO is written into, not replaced)")
+    pk.add_argument("--firecracker", type=Path, metavar="DIR",
+                    help="write DIR for Firecracker: the uncompressed kernel (vmlinux), the initramfs and "
+                    "vm-config.json (`firecracker --no-api --config-file vm-config.json` in DIR; needs KVM, "
+                    "and a kernel with virtio-mmio: docs/deploy.md)")
+    pk.add_argument("--tag", metavar="REF",
+                    help="the image's name, [DOMAIN/]PATH[:TAG] (default localhost/ukl/APP:latest); written "
+                    "normalized as containerd's CRI names it (docker.io/library/redis:latest for redis)")
+    pk.add_argument("--hypervisor", default="qemu", metavar="NAME",
+                    help="the monitor urunc starts: qemu (default; boots bzImage) or firecracker (boots the "
+                    "uncompressed vmlinux; needs KVM)")
+    pk.set_defaults(func=cmd_pkg)
 
     k = sub.add_parser("kernel", help="the kernel tree and patch series",
                        description="Work on the patched kernel tree in the cache.")
@@ -519,6 +541,25 @@ def cmd_run(a: argparse.Namespace) -> int:
     elif res.status is None:
         ui.err.print(f"[bold red]ukl: the VM ended without reporting a status[/] (log: {log})")
     return res.code
+
+
+def cmd_pkg(a: argparse.Namespace) -> int:
+    if a.oci is None and a.firecracker is None:
+        raise UklError("ukl pkg: say what to write", f"for example: ukl pkg {a.outdir} --oci image.tar")
+    if a.firecracker is not None:
+        if a.oci is not None or a.tag is not None:
+            raise UklError("--firecracker writes a directory for Firecracker itself: no --oci or --tag with it",
+                           "run ukl pkg once for each (an OCI image for Firecracker: --oci with "
+                           "--hypervisor firecracker)")
+        ocipkg.firecracker_dir(a.outdir, a.firecracker)
+        ui.info(f"wrote {a.firecracker}: run `firecracker --no-api --config-file {ocipkg.FIRECRACKER_CONFIG}` "
+                f"in it with a tap device {ocipkg.FIRECRACKER_TAP} (KVM, and a kernel with "
+                f"{' and '.join(ocipkg.FIRECRACKER_KCONFIG)})")
+        return 0
+    pkg = ocipkg.package(a.outdir, a.oci, a.tag, a.hypervisor)
+    ui.info(f"wrote {a.oci}: {pkg.reference} ({pkg.manifest.digest}); "
+            f"import it with `ctr image import {a.oci}`")
+    return 0
 
 
 def _configs(text: str) -> list[str]:

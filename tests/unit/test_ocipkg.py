@@ -1,0 +1,219 @@
+"""`ukl pkg OUTDIR --oci FILE.tar` (issue 33): an OCI image archive that
+standard tools read (skopeo, umoci), reproducible, with urunc's settings
+base64-encoded as urunc decodes them; bad input is a clear error and
+leaves nothing behind. No VM: OUTDIR is a fake build result."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import ukl
+from ukltool import ocipkg
+from ukltool.errors import UklError
+
+
+def fake_image(root: Path, args: list[str] | None = None, forwards: list[list[int]] | None = None,
+               recipe: str | None = None) -> Path:
+    out = root / "img"
+    out.mkdir()
+    (out / "bzImage").write_bytes(b"MZ fake kernel " * 1000)
+    (out / "initramfs.cpio").write_bytes(b"070701 fake initramfs " * 500)
+    (out / "manifest.json").write_text(json.dumps({
+        "config": "base", "app": "hello", "kernel_release": "6.1.192-ukl", "kernel_key": "0",
+        "linux_version": "6.1.192-2", "vmlinux": "kernels/none/vmlinux", "userspace": False, "schema": 2,
+        "args": args or [], "forwards": forwards or [], "recipe": recipe}))
+    return out
+
+
+def need(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{tool} is missing: scripts/install-host-deps installs it")
+        pytest.skip(f"{tool} is not installed (scripts/install-host-deps installs it)")
+    return path
+
+
+def test_references_follow_the_distribution_grammar_and_are_normalized():
+    good = {"hello": "docker.io/library/hello:latest", "ukl/redis:7.0": "docker.io/ukl/redis:7.0",
+            "localhost/ukl/hello": "localhost/ukl/hello:latest",
+            "localhost:5000/a/b:x": "localhost:5000/a/b:x", "registry.example.com/a_b/c__d/e-f--g:v1.2-3_4":
+            "registry.example.com/a_b/c__d/e-f--g:v1.2-3_4", "[::1]:5000/x:y": "[::1]:5000/x:y",
+            "x:" + "T" * 128: "docker.io/library/x:" + "T" * 128}
+    for ref, want in good.items():
+        assert ocipkg.normalize_reference(ref) == want, ref
+    for bad in ("", "Hello", "ukl/Hello", "a//b", "a/b/", "a:", "a:-x", "-a", "a___b", "a..b", "a_",
+                "x:" + "t" * 129, "x:é", "bad domain/x", "a b", "/a"):
+        with pytest.raises(UklError, match="is not a valid image reference"):
+            ocipkg.normalize_reference(bad)
+    with pytest.raises(UklError, match="digest"):
+        ocipkg.normalize_reference("hello@sha256:" + "0" * 64)
+
+
+def test_only_urunc_monitors_that_boot_linux_are_taken():
+    assert ocipkg.check_hypervisor("qemu") == "qemu"
+    assert ocipkg.check_hypervisor("firecracker") == "firecracker"
+    with pytest.raises(UklError, match="runs solo5 unikernels"):
+        ocipkg.check_hypervisor("hvt")
+    with pytest.raises(UklError, match="not a monitor urunc knows"):
+        ocipkg.check_hypervisor("vbox")
+
+
+def test_the_archive_is_an_oci_layout_with_urunc_settings(tmp_path):
+    out = fake_image(tmp_path, args=["--port", "6379", "a b", ""], forwards=[[16379, 6379]])
+    target = tmp_path / "img.tar"
+    pkg = ocipkg.package(out, target, "ukl/redis:1")
+    with tarfile.open(target) as tf:
+        names = tf.getnames()
+        members = tf.getmembers()
+        index = json.loads(tf.extractfile("index.json").read())  # type: ignore[union-attr]
+        layout = json.loads(tf.extractfile("oci-layout").read())  # type: ignore[union-attr]
+    assert layout == {"imageLayoutVersion": "1.0.0"}
+    assert all(m.mtime == 0 and m.uid == 0 and m.gid == 0 for m in members)
+    assert sorted(n for n in names if n.startswith("blobs/sha256/")) == sorted(
+        f"blobs/sha256/{b.digest[7:]}" for b in (pkg.config, pkg.layer, pkg.manifest))
+    (entry,) = index["manifests"]
+    assert entry["digest"] == pkg.manifest.digest and entry["mediaType"] == ocipkg.MEDIA_MANIFEST
+    assert entry["annotations"] == {ocipkg.REF_NAME: "docker.io/ukl/redis:1",
+                                    ocipkg.CONTAINERD_NAME: "docker.io/ukl/redis:1"}
+    manifest = json.loads(pkg.manifest.data)
+    plain = {k: base64.b64decode(v).decode() for k, v in manifest["annotations"].items()}
+    assert plain == {"com.urunc.unikernel.unikernelType": "linux", "com.urunc.unikernel.hypervisor": "qemu",
+                     "com.urunc.unikernel.binary": "/ukl/bzImage",
+                     "com.urunc.unikernel.initrd": "/ukl/initramfs.cpio",
+                     "com.urunc.unikernel.cmdline": "/init --port 6379 a b ",
+                     "com.urunc.unikernel.unikernelVersion": "", "com.urunc.unikernel.useDMBlock": "false"}
+    config = json.loads(pkg.config.data)["config"]
+    assert config["Entrypoint"] == ["/init"] and config["Cmd"] == ["--port", "6379", "a b", ""]
+    assert config["ExposedPorts"] == {"6379/tcp": {}} and "PATH=/bin:/sbin:/usr/bin:/usr/sbin" in config["Env"]
+
+
+def test_the_same_outdir_gives_the_same_bytes(tmp_path):
+    out = fake_image(tmp_path)
+    a, b = tmp_path / "a.tar", tmp_path / "b.tar"
+    ocipkg.package(out, a)
+    for f in out.iterdir():
+        os.utime(f, (1_000_000_000, 1_000_000_000))  # other times, same content
+    res = ukl("pkg", out, "--oci", b)
+    assert res.returncode == 0, res.stdout
+    assert a.read_bytes() == b.read_bytes()
+    (out / "bzImage").write_bytes(b"another kernel")
+    ocipkg.package(out, b)
+    assert a.read_bytes() != b.read_bytes()
+
+
+def test_skopeo_and_umoci_read_it(tmp_path):
+    skopeo, umoci = need("skopeo"), need("umoci")
+    out = fake_image(tmp_path, args=["--greeting", "hi there"], forwards=[[8080, 80]])
+    target = tmp_path / "img.tar"
+    pkg = ocipkg.package(out, target, "localhost/ukl/hello:1.0")
+    res = subprocess.run([skopeo, "inspect", f"oci-archive:{target}"], capture_output=True, text=True, check=True)
+    info = json.loads(res.stdout)
+    assert info["Digest"] == pkg.manifest.digest and info["Architecture"] == "amd64" and info["Os"] == "linux"
+    assert info["Layers"] == [pkg.layer.digest] and info["Labels"]["dev.ukl.config"] == "base"
+    res = subprocess.run([skopeo, "inspect", "--config", f"oci-archive:{target}"], capture_output=True, text=True,
+                         check=True)
+    cfg = json.loads(res.stdout)["config"]
+    assert cfg["Entrypoint"] == ["/init"] and cfg["Cmd"] == ["--greeting", "hi there"]
+    assert cfg["ExposedPorts"] == {"80/tcp": {}}
+    # umoci unpacks it (and checks every digest) into a runtime bundle
+    layout = tmp_path / "layout"
+    layout.mkdir()
+    with tarfile.open(target) as tf:
+        tf.extractall(layout, filter="data")
+    bundle = tmp_path / "bundle"
+    subprocess.run([umoci, "unpack", "--image", f"{layout}:localhost/ukl/hello:1.0", bundle], check=True,
+                   capture_output=True)
+    rootfs = bundle / "rootfs"
+    assert (rootfs / "ukl" / "bzImage").read_bytes() == (out / "bzImage").read_bytes()
+    assert (rootfs / "ukl" / "initramfs.cpio").read_bytes() == (out / "initramfs.cpio").read_bytes()
+    urunc = json.loads((rootfs / "urunc.json").read_text())
+    assert ocipkg.decode(urunc)["com.urunc.unikernel.binary"] == "/ukl/bzImage"
+    assert ocipkg.decode(urunc) == pkg.urunc
+    spec = json.loads((bundle / "config.json").read_text())
+    assert spec["process"]["args"] == ["/init", "--greeting", "hi there"]
+
+
+def test_bad_input_is_a_clear_error_and_leaves_nothing(tmp_path):
+    out = fake_image(tmp_path)
+    target = tmp_path / "x.tar"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for args, message in (
+        ([empty, "--oci", target], "is not a ukl build output"),
+        ([out, "--oci", target, "--tag", "Bad/Name:x"], "is not a valid image reference"),
+        ([out, "--oci", target, "--tag", "a b"], "is not a valid image reference"),
+        ([out, "--oci", target, "--hypervisor", "vbox"], "not a monitor urunc knows"),
+        ([out, "--oci", target, "--hypervisor", "spt"], "solo5"),
+        ([out, "--oci", tmp_path], "is a directory"),
+        ([out, "--oci", tmp_path / "no" / "x.tar"], "is not a directory"),
+        ([out], "say what to write"),
+    ):
+        res = ukl("pkg", *args)
+        assert res.returncode == 2 and message in res.stdout and "Traceback" not in res.stdout, (args, res.stdout)
+        assert "hint:" in res.stdout, res.stdout
+        assert not target.exists() and not list(tmp_path.glob(".*ukl-partial")), args
+    # a failure leaves an existing archive as it was
+    target.write_bytes(b"old")
+    assert ukl("pkg", out, "--oci", target, "--tag", "-x").returncode == 2
+    assert target.read_bytes() == b"old"
+    (out / "bzImage").unlink()
+    res = ukl("pkg", out, "--oci", target)
+    assert res.returncode == 2 and "has no kernel" in res.stdout and target.read_bytes() == b"old"
+
+
+def test_a_fifo_or_device_is_written_into_not_replaced(tmp_path):
+    out = fake_image(tmp_path)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    res = ukl("pkg", out, "--oci", fifo)
+    reader.join(timeout=60)
+    assert res.returncode == 0, res.stdout
+    assert fifo.is_fifo() and got and got[0] == ocipkg.archive_bytes(ocipkg.build(out))
+    res = ukl("pkg", out, "--oci", "/dev/null")
+    assert res.returncode == 0 and Path("/dev/null").is_char_device(), res.stdout
+
+
+def test_firecracker_dir_holds_the_elf_kernel_and_a_vm_config(tmp_path):
+    out = fake_image(tmp_path, args=["--greeting", "hi there", ""])
+    vmlinux = tmp_path / "vmlinux"
+    vmlinux.write_bytes(b"\x7fELF fake vmlinux")
+    man = json.loads((out / "manifest.json").read_text())
+    man["vmlinux"] = str(vmlinux)  # absolute: outside the cache
+    (out / "manifest.json").write_text(json.dumps(man))
+    target = tmp_path / "fc"
+    res = ukl("pkg", out, "--firecracker", target)
+    assert res.returncode == 0 and "CONFIG_VIRTIO_MMIO" in res.stdout, res.stdout
+    assert (target / "vmlinux").read_bytes() == vmlinux.read_bytes()
+    assert (target / "initramfs.cpio").read_bytes() == (out / "initramfs.cpio").read_bytes()
+    cfg = json.loads((target / "vm-config.json").read_text())
+    boot = cfg["boot-source"]
+    assert boot["kernel_image_path"] == "vmlinux" and boot["initrd_path"] == "initramfs.cpio"
+    assert boot["boot_args"].endswith('rdinit=/init -- --greeting "hi there" ""'), boot["boot_args"]
+    assert "pci=off" in boot["boot_args"] and "ip=10.0.2.15::10.0.2.2:255.255.255.0::eth0:off" in boot["boot_args"]
+    assert cfg["network-interfaces"][0]["host_dev_name"] == "tap0" and cfg["drives"] == []
+    assert cfg["machine-config"]["vcpu_count"] >= 1 and not (tmp_path / "fc.partial").exists()
+    # written again over its own output; refused over anything else
+    assert ukl("pkg", out, "--firecracker", target).returncode == 0
+    for args, message in (([out, "--firecracker", tmp_path / "img"], "was not written by ukl pkg"),
+                          ([out, "--firecracker", out / "bzImage"], "is not a directory"),
+                          ([out, "--firecracker", target, "--oci", tmp_path / "x.tar"], "no --oci or --tag")):
+        res = ukl("pkg", *args)
+        assert res.returncode == 2 and message in res.stdout and "Traceback" not in res.stdout, res.stdout
+    vmlinux.unlink()
+    res = ukl("pkg", out, "--firecracker", tmp_path / "fc2")
+    assert res.returncode == 2 and "is gone from the cache" in res.stdout and not (tmp_path / "fc2").exists()
+    with pytest.raises(UklError, match="double quote"):
+        ocipkg._cmdline_word('say "hi"')
