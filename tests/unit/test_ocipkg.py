@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ukl
+from fakekernel import pvh_bzimage
 from ukltool import ocipkg
 from ukltool.errors import UklError
 
@@ -188,15 +189,13 @@ def test_a_fifo_or_device_is_written_into_not_replaced(tmp_path):
 
 def test_firecracker_dir_holds_the_elf_kernel_and_a_vm_config(tmp_path):
     out = fake_image(tmp_path, args=["--greeting", "hi there", ""])
-    vmlinux = tmp_path / "vmlinux"
-    vmlinux.write_bytes(b"\x7fELF fake vmlinux")
-    man = json.loads((out / "manifest.json").read_text())
-    man["vmlinux"] = str(vmlinux)  # absolute: outside the cache
-    (out / "manifest.json").write_text(json.dumps(man))
+    bz, elf = pvh_bzimage()
+    (out / "bzImage").write_bytes(bz)
     target = tmp_path / "fc"
     res = ukl("pkg", out, "--firecracker", target)
-    assert res.returncode == 0 and "CONFIG_VIRTIO_MMIO" in res.stdout, res.stdout
-    assert (target / "vmlinux").read_bytes() == vmlinux.read_bytes()
+    assert res.returncode == 0, res.stdout
+    # the kernel Firecracker boots: the bzImage's payload, an ELF file with a PVH entry
+    assert (target / "vmlinux").read_bytes() == elf
     assert (target / "initramfs.cpio").read_bytes() == (out / "initramfs.cpio").read_bytes()
     cfg = json.loads((target / "vm-config.json").read_text())
     boot = cfg["boot-source"]
@@ -212,8 +211,8 @@ def test_firecracker_dir_holds_the_elf_kernel_and_a_vm_config(tmp_path):
                           ([out, "--firecracker", target, "--oci", tmp_path / "x.tar"], "no --oci or --tag")):
         res = ukl("pkg", *args)
         assert res.returncode == 2 and message in res.stdout and "Traceback" not in res.stdout, res.stdout
-    vmlinux.unlink()
+    (out / "bzImage").write_bytes(b"MZ fake kernel " * 1000)
     res = ukl("pkg", out, "--firecracker", tmp_path / "fc2")
-    assert res.returncode == 2 and "is gone from the cache" in res.stdout and not (tmp_path / "fc2").exists()
+    assert res.returncode == 2 and "no bzImage" in res.stdout and not (tmp_path / "fc2").exists()
     with pytest.raises(UklError, match="double quote"):
         ocipkg._cmdline_word('say "hi"')

@@ -61,12 +61,16 @@ def booted(*args: str):
             proc.communicate()
 
 
-@pytest.mark.parametrize("config", BASIC_CONFIGS)
-def test_echo_from_the_host(outdir, config):
+@pytest.mark.parametrize("config,how", [*((c, ()) for c in BASIC_CONFIGS),
+                                        ("base", ("--machine", "microvm", "--direct"))],
+                         ids=[*BASIC_CONFIGS, "base-microvm-direct"])
+def test_echo_from_the_host(outdir, config, how):
+    """Under -M microvm the network card is a virtio-mmio device."""
     out = build(SRC, config, outdir / f"tcp-echo-{config}")
     port = free_port()
     clients = 3
-    with booted(str(out), "--timeout", "240", "--forward", f"{port}:7777", "--", "7777", str(clients + 1)) as proc:
+    with booted(str(out), *how, "--timeout", "240", "--forward", f"{port}:7777", "--", "7777",
+                str(clients + 1)) as proc:
         first = connect(port, time.monotonic() + 180)
         first.close()
         rnd = random.Random(1)

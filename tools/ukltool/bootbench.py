@@ -679,9 +679,10 @@ def markdown(report: Report, plot_file: Path | None, md_file: Path | None = None
               "the guest what it would otherwise wait to measure or check (tools/ukltool/vm.py, BOOT_SAVINGS): "
               "`no_timer_check` skips the IO-APIC timer check's wait for ticks; `noapictimer` skips the local "
               "APIC timer's 100 ms calibration, which a CPU without the TSC deadline timer (TCG's) needs, and "
-              "takes the ticks from the HPET (-M pc) or the PIT (microvm). Direct boot loads the uncompressed kernel (the bzImage's payload, "
-              "an ELF file with 2 MiB-aligned segments) and jumps to its PVH entry: no decompression, and under "
-              "microvm qboot's minimal firmware instead of SeaBIOS; the image bytes of such a row are that file's and the initramfs's.", "",
+              "takes the ticks from the HPET (-M pc) or the PIT (microvm). Direct boot loads the uncompressed "
+              "kernel (the bzImage's payload, an ELF file with 2 MiB-aligned segments) and jumps to its PVH "
+              "entry: no decompression, and under microvm qboot's minimal firmware instead of SeaBIOS; the "
+              "image bytes of such a row are that file's and the initramfs's.", "",
               "| boot | what |", "|---|---|", *[f"| {b} | {BOOTS[b].what if b in BOOTS else '-'} |" for b in used]]
     lines += ["", "## Published figures of other systems", "",
               "Not measured here: other machines, VMMs, kernels and definitions of boot time. Sources as cited "

@@ -553,8 +553,7 @@ def cmd_pkg(a: argparse.Namespace) -> int:
                            "--hypervisor firecracker)")
         ocipkg.firecracker_dir(a.outdir, a.firecracker)
         ui.info(f"wrote {a.firecracker}: run `firecracker --no-api --config-file {ocipkg.FIRECRACKER_CONFIG}` "
-                f"in it with a tap device {ocipkg.FIRECRACKER_TAP} (KVM, and a kernel with "
-                f"{' and '.join(ocipkg.FIRECRACKER_KCONFIG)})")
+                f"in it with a tap device {ocipkg.FIRECRACKER_TAP} (Firecracker needs KVM)")
         return 0
     pkg = ocipkg.package(a.outdir, a.oci, a.tag, a.hypervisor)
     ui.info(f"wrote {a.oci}: {pkg.reference} ({pkg.manifest.digest}); "

@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ukltool import image
+from ukltool import bzimage, image
 from ukltool.errors import UklError
 
 MEDIA_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -203,14 +203,16 @@ class Package:
     urunc: dict[str, str]   # plain values
 
 
-def _kernel_file(outdir: Path, man: image.Manifest, hypervisor: str) -> Path:
+def _kernel_bytes(outdir: Path, hypervisor: str) -> bytes:
+    """What the hypervisor boots: the bzImage (QEMU), or the uncompressed
+    kernel with its PVH entry, taken out of the bzImage (Firecracker boots
+    an ELF file)."""
+    bz = outdir / "bzImage"
+    if not bz.is_file():
+        raise UklError(f"{outdir} has no kernel (bzImage)", f"rebuild it with `ukl build ... -o {outdir}`")
     if hypervisor == "qemu":
-        return outdir / "bzImage"
-    vmlinux = man.vmlinux_path()
-    if not vmlinux.is_file():
-        raise UklError(f"{vmlinux}, the uncompressed kernel of {outdir} that Firecracker boots, is gone from the cache",
-                       f"rebuild the image with `ukl build ... -o {outdir}`")
-    return vmlinux
+        return bz.read_bytes()
+    return bzimage.direct_kernel(bz.read_bytes(), str(bz))[0]
 
 
 def build(outdir: Path, tag: str | None = None, hypervisor: str = "qemu") -> Package:
@@ -218,15 +220,13 @@ def build(outdir: Path, tag: str | None = None, hypervisor: str = "qemu") -> Pac
     man = image.load(outdir)  # refuses what is not a build result
     hypervisor = check_hypervisor(hypervisor)
     ref = normalize_reference(tag if tag is not None else default_tag(man.app))
-    kernel_file = _kernel_file(outdir, man, hypervisor)
-    if not kernel_file.is_file():
-        raise UklError(f"{outdir} has no kernel ({kernel_file.name})", f"rebuild it with `ukl build ... -o {outdir}`")
+    kernel_data = _kernel_bytes(outdir, hypervisor)
     initrd = outdir / "initramfs.cpio"
     has_initrd = initrd.is_file()
     values = urunc_values(hypervisor, list(man.args), has_initrd)
     encoded = encode(values)
     entries: list[tuple[str, bytes | None, int]] = [("ukl", None, 0o755),
-                                                    (KERNEL[hypervisor].lstrip("/"), kernel_file.read_bytes(), 0o644)]
+                                                    (KERNEL[hypervisor].lstrip("/"), kernel_data, 0o644)]
     if has_initrd:
         entries.append((INITRD.lstrip("/"), initrd.read_bytes(), 0o644))
     entries.append((URUNC_JSON, _json(encoded), 0o644))
@@ -311,9 +311,6 @@ def package(outdir: Path, target: Path, tag: str | None = None, hypervisor: str 
 # configuration (`firecracker --no-api --config-file vm-config.json` in DIR).
 FIRECRACKER_CONFIG = "vm-config.json"
 FIRECRACKER_TAP = "tap0"
-# What the kernel needs for it (docs/deploy.md): Firecracker's devices are
-# virtio-mmio devices it names on the command line, with no PCI.
-FIRECRACKER_KCONFIG = ("CONFIG_VIRTIO_MMIO", "CONFIG_VIRTIO_MMIO_CMDLINE_DEVICES")
 GUEST_MAC = "06:00:0a:00:02:0f"
 
 
@@ -348,7 +345,7 @@ def firecracker_dir(outdir: Path, target: Path) -> Path:
     the initramfs and vm-config.json; written as DIR.partial and renamed."""
     import shutil
     man = image.load(outdir)
-    vmlinux = _kernel_file(outdir, man, "firecracker")
+    vmlinux = _kernel_bytes(outdir, "firecracker")
     initrd = outdir / "initramfs.cpio"
     if target.is_symlink() or (target.exists() and not target.is_dir()):
         raise UklError(f"--firecracker {target} exists and is not a directory", "name a new or an earlier DIR")
@@ -362,7 +359,7 @@ def firecracker_dir(outdir: Path, target: Path) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir()
-        shutil.copyfile(vmlinux, tmp / "vmlinux")
+        (tmp / "vmlinux").write_bytes(vmlinux)
         if initrd.is_file():
             shutil.copyfile(initrd, tmp / "initramfs.cpio")
         (tmp / FIRECRACKER_CONFIG).write_bytes(_json(cfg))
