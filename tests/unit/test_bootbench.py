@@ -259,3 +259,15 @@ def test_cli_reports_bad_input_without_a_traceback(capsys, tmp_path):
 def test_reports_merge_in_turn(tmp_path):
     merged = bootbench.merge([sample(), sample()])
     assert len(merged.rows) == 6 and merged.memory_range == (8, 1024)
+
+
+def test_timeline_of_the_application_as_pid_1():
+    """No init reads the clock: guest time is the instructions where nothing
+    idled from the kernel's first instruction to main(), else unknown."""
+    quiet = json.loads(json.dumps(REPORT))
+    for p in quiet["points"]:
+        p["halts"] = 0
+    t = bootbench.timeline(bootbench.read_points(json.dumps(quiet), "r"), None, None, icount=True, pid1=True)
+    assert t.exact and t.ns == t.instructions == 90_000
+    idled = bootbench.timeline(bootbench.read_points(json.dumps(REPORT), "r"), None, None, icount=True, pid1=True)
+    assert not idled.exact and idled.ns is None and "idled" in idled.notes[0]

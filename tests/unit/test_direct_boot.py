@@ -8,8 +8,8 @@ import gzip
 import struct
 
 import pytest
-
 from fakekernel import elf_with_notes, fake_bzimage, note
+
 from ukltool import bzimage, vm
 from ukltool.errors import UklError
 
@@ -52,7 +52,9 @@ def test_savings_apply_where_they_help(tmp_path):
     # one TCG CPU on -M pc: both; two CPUs or KVM: the APIC timer stays
     assert {"no_timer_check", "noapictimer"} <= set(
         append_of(vm.qemu_command("qemu", spec(tmp_path, smp=1), "tcg", tmp_path / "i", tmp_path / "s")))
-    for s, accel in ((spec(tmp_path, smp=2), "tcg"), (spec(tmp_path, smp=1), "kvm")):
+    # microvm has no HPET to take the ticks from
+    for s, accel in ((spec(tmp_path, smp=2), "tcg"), (spec(tmp_path, smp=1), "kvm"),
+                     (spec(tmp_path, smp=1, machine="microvm"), "tcg")):
         words = append_of(vm.qemu_command("qemu", s, accel, tmp_path / "i", tmp_path / "s"))
         assert "no_timer_check" in words and "noapictimer" not in words
     # a measurement chooses them one by one, or none
@@ -81,3 +83,31 @@ def test_machines_are_checked(tmp_path):
         vm.qemu_command("qemu", spec(tmp_path, machine="q35"), "tcg", tmp_path / "i", tmp_path / "s")
     with pytest.raises(UklError, match="ivshmem"):
         vm.check_machine(spec(tmp_path, machine="microvm", remote=tmp_path))
+
+
+def test_pid1_puts_the_application_and_its_arguments_last(tmp_path):
+    cmd = vm.qemu_command("qemu", spec(tmp_path, pid1="/ukl/hello", pid1_args=["a", "b c", ""], icount=True),
+                          "tcg", tmp_path / "i", tmp_path / "s")
+    line = cmd[cmd.index("-append") + 1]
+    assert line.endswith(' norandmaps rdinit=/ukl/hello -- a "b c" ""'), line
+    with pytest.raises(UklError, match="double quote"):
+        vm.qemu_command("qemu", spec(tmp_path, pid1="/ukl/x", pid1_args=['"']), "tcg", tmp_path / "i", tmp_path / "s")
+    with pytest.raises(UklError, match="at most 31"):
+        vm.qemu_command("qemu", spec(tmp_path, pid1="/ukl/x", pid1_args=["a"] * 32), "tcg", tmp_path / "i",
+                        tmp_path / "s")
+
+
+def test_the_kernels_init_exit_line_gives_the_status():
+    from ukltool import protocol
+    console = ("ukl: init exited: status 9\n"                       # the application's own output: not it
+               "[    0.503021] ukl: init exited: status 134 (signal 6)\n[    0.51] Restarting system.\n")
+    assert protocol.parse_init_exit(console) == 134
+    assert protocol.parse_init_exit("ukl: init exited: status 9\n") is None
+
+
+def test_pid1_output_is_the_consoles_lines_that_are_not_the_kernels(capsysbinary):
+    rest = vm._show_app_lines(b"[    0.1] Run /ukl/x\r\nHello\r\n[  12.345678] ukl: init exited: status 0\nparti",
+                              flush=False)
+    assert rest == b"parti" and capsysbinary.readouterr().out == b"Hello\n"
+    assert vm._show_app_lines(b"al line", flush=True) == b""
+    assert capsysbinary.readouterr().out == b"al line"

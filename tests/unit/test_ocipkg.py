@@ -15,9 +15,9 @@ import threading
 from pathlib import Path
 
 import pytest
+from fakekernel import pvh_bzimage
 
 from conftest import ukl
-from fakekernel import pvh_bzimage
 from ukltool import ocipkg
 from ukltool.errors import UklError
 

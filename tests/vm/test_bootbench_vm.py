@@ -65,7 +65,7 @@ def test_boot_methods_each_measured(tmp_path):
     instructions; booted direct, nothing is decompressed, and the image's
     kernel bytes are the uncompressed kernel's."""
     out = tmp_path / "boots.json"
-    methods = ["pc-plain", "pc", "pc-direct", "microvm-direct"]
+    methods = ["pc-plain", "pc", "pc-direct", "microvm-direct", "microvm-direct-pid1"]
     res = ukl("bench", "boot", "--apps", "examples/hello/hello.c", "--configs", "base", "--icount",
               "--boots", ",".join(methods), "--no-memory", "--json", out)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -80,7 +80,10 @@ def test_boot_methods_each_measured(tmp_path):
     # (the decompressor's work differs by the command line's few words only)
     assert abs(saved["phases"]["decompressor..kernel"] - plain["phases"]["decompressor..kernel"]) < 10_000
     assert saved["phases"]["kernel..init"] < plain["phases"]["kernel..init"] - 50_000_000, (plain, saved)
-    for name in ("pc-direct", "microvm-direct"):
+    # without init, main() comes sooner
+    pid1, direct = rows["microvm-direct-pid1"], rows["microvm-direct"]
+    assert pid1["boot_to_main_instructions"] < direct["boot_to_main_instructions"], (pid1, direct)
+    for name in ("pc-direct", "microvm-direct", "microvm-direct-pid1"):
         r = rows[name]
         assert r["phases"]["setup..decompressor"] == 0 and r["phases"]["decompressor..kernel"] < 100_000, r
         assert r["kernel_bytes"] > 2 * plain["kernel_bytes"]

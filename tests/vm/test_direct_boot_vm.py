@@ -27,11 +27,13 @@ def test_hello_boots_each_way(hello_base, how):
     assert ("/vmlinux " in cmd) == ("--direct" in how)
 
 
-@pytest.mark.parametrize("what,status", [("segv", 139), ("abort", 134)])
-def test_faults_end_with_linux_status_under_microvm(outdir, what, status):
+@pytest.mark.parametrize("args,status", [(["segv"], 139), (["abort"], 134), (["sleep", "1"], 0)])
+def test_faults_and_timers_under_microvm(outdir, args, status):
+    """A sleep ends (the guest has a timer interrupt) under --icount, where
+    idle time passes only by timer deadlines."""
     out = build(REPO / "tests" / "apps" / "basics.c", "base", outdir / "basics-direct")
-    res = ukl("run", out, "--machine", "microvm", "--direct", "--", what)
-    assert res.returncode == status, res.stdout + res.stderr
+    res = ukl("run", out, "--machine", "microvm", "--direct", "--icount", "--timeout", "120", "--", *args)
+    assert res.returncode == status, res.stdout
 
 
 def test_microvm_refuses_remote_calls(hello_base, tmp_path):

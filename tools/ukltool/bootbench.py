@@ -60,6 +60,7 @@ class Boot:
     direct: bool
     savings: tuple[str, ...] | None
     what: str
+    pid1: bool = False      # the kernel starts the application as PID 1 (no init program)
 
 
 # Each saving of docs/results-boot.md on its own, then together
@@ -71,6 +72,9 @@ BOOTS = {
     "pc-direct": Boot("pc", True, None, "-M pc, vmlinux through its PVH entry (no decompression), the savings"),
     "microvm-direct": Boot("microvm", True, None,
                            "-M microvm, vmlinux through its PVH entry: qboot, no PCI, no decompression"),
+    "microvm-direct-pid1": Boot("microvm", True, None, "microvm-direct, and the kernel starts the application "
+                                "as PID 1: no init program (UKL configurations, applications without network)",
+                                pid1=True),
 }
 DEFAULT_BOOTS = "pc"
 
@@ -246,7 +250,8 @@ def setup_entry(bzimage: bytes) -> tuple[int, int]:
     return 0x10000 + 0x200, 0x100000
 
 
-def boot_points(outdir: Path, man: image.Manifest, server: bool, direct: bool = False) -> list[int]:
+def boot_points(outdir: Path, man: image.Manifest, server: bool, direct: bool = False,
+                pid1: bool = False) -> list[int]:
     """The addresses of POINTS (the last, reply, only for a server). Booted
     direct, the kernel's first instruction is its PVH entry, and there is no
     decompressor: the first two points are both the PVH entry."""
@@ -266,6 +271,8 @@ def boot_points(outdir: Path, man: image.Manifest, server: bool, direct: bool = 
             prog = Path(td) / man.app
             prog.write_bytes(cpio_member(archive, f"/bin/{man.app}"))
             main = symbol_address(prog, "main")
+    if pid1:
+        stamp = main   # no init: its stamp is main() itself
     return [setup, decompressor, elf_entry(vmlinux), stamp, main, *([reply] if server else [])]
 
 
@@ -315,7 +322,8 @@ class Timeline:
     notes: list[str] = field(default_factory=list)
 
 
-def timeline(hits: list[Hit | None], stamp_tsc: int | None, reply_tsc: int | None, icount: bool) -> Timeline:
+def timeline(hits: list[Hit | None], stamp_tsc: int | None, reply_tsc: int | None, icount: bool,
+             pid1: bool = False) -> Timeline:
     """Boot times from the plugin's points and init's TSC readings. Under
     -icount the guest clock (the TSC) is QEMU's exact instruction count plus
     the idle time, in ns since power-on: at init's stamp it is read
@@ -341,6 +349,15 @@ def timeline(hits: list[Hit | None], stamp_tsc: int | None, reply_tsc: int | Non
         t.reply_wall_ms = (reply.wall_ns - setup.wall_ns) / 1e6
     if not icount:
         t.notes.append("without --icount the guest's clock is the host's: no guest time")
+        return t
+    if pid1:
+        # No init to read the clock: guest time is the instructions where
+        # the CPU never idled between the origin and main()
+        if main.halts != setup.halts:
+            t.exact = False
+            t.notes.append(f"the CPU idled {main.halts - setup.halts} times before main() (PID 1): no guest time")
+        else:
+            t.ns = t.instructions
         return t
     if stamp_tsc is None:
         raise UklError("init printed no time stamp (ukl-init: stamp tsc N)", "see the console log")
@@ -454,7 +471,9 @@ def boot_once(outdir: Path, man: image.Manifest, icount: bool, memory: int, time
         return vm.boot(vm.RunSpec(bzimage=outdir / "bzImage", initrds=[outdir / "initramfs.cpio", extra], log=log,
                                   timeout=timeout, icount=icount, smp=1, memory=f"{memory}M", append=append,
                                   show=False, accel="tcg", plugins=plugins, machine=how.machine,
-                                  direct=how.direct, savings=how.savings))
+                                  direct=how.direct, savings=how.savings,
+                                  pid1=f"/ukl/{man.app}" if how.pid1 else None,
+                                  pid1_args=list(man.args if sh is None else [])))
 
 
 def smoke_passes(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: int, how: Boot) -> bool:
@@ -472,10 +491,10 @@ def measure(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: 
     """One boot with the plugin's points: to main(), and for a server to the
     first answer to its probe (the prober then stops it)."""
     probe = server_probe(t.recipe)
-    points = boot_points(outdir, man, probe is not None, how.direct)
+    points = boot_points(outdir, man, probe is not None, how.direct, how.pid1)
     report = outdir / "bootbench-points.json"
     report.unlink(missing_ok=True)
-    append = [f"{STAMP_ENV}=1"]
+    append = [] if how.pid1 else [f"{STAMP_ENV}=1"]
     if probe is not None:
         append.append(f"{PROBE_ENV}={probe[0]}:{probe[1].hex()}")
     log = outdir / f"boot-{run}.log"
@@ -485,7 +504,7 @@ def measure(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: 
         raise UklError(f"{t.label} under '{man.config}' did not boot to the end (status {res.code})", f"see {log}")
     console = log.read_text(errors="replace")
     tl = timeline(read_points(report.read_text(), str(report)), console_tsc(console, "stamp"),
-                  console_tsc(console, "reply"), icount)
+                  console_tsc(console, "reply"), icount, how.pid1)
     if probe is not None and tl.reply_instructions is None:
         raise UklError(f"{t.label} under '{man.config}': no answer to its readiness probe", f"see {log}")
     return tl
@@ -541,6 +560,11 @@ def run(apps: list[str], configs: list[str], icount: bool, repeat: int, mem_rang
     for t in targets:
         for config in configs:
             for boot in methods:
+                if BOOTS[boot].pid1 and (not kernel.is_ukl(config) or server_probe(t.recipe) is not None
+                                         or smoke_script(t)[0] is not None):
+                    ui.info(f"{boot} skipped for {t.label} under '{config}': PID 1 needs a UKL configuration "
+                            "and an application without network or a smoke-test script")
+                    continue
                 report.rows.append(measure_app(t, config, icount, repeat, memory, mem_range if bisect else None,
                                                steps, timeout, boot))
                 if save:
@@ -679,7 +703,8 @@ def markdown(report: Report, plot_file: Path | None, md_file: Path | None = None
               "the guest what it would otherwise wait to measure or check (tools/ukltool/vm.py, BOOT_SAVINGS): "
               "`no_timer_check` skips the IO-APIC timer check's wait for ticks; `noapictimer` skips the local "
               "APIC timer's 100 ms calibration, which a CPU without the TSC deadline timer (TCG's) needs, and "
-              "takes the ticks from the HPET (-M pc) or the PIT (microvm). Direct boot loads the uncompressed "
+              "takes the ticks from the HPET (-M pc only: under microvm, which has no HPET, no timer interrupt "
+              "came without the APIC timer). Direct boot loads the uncompressed "
               "kernel (the bzImage's payload, an ELF file with 2 MiB-aligned segments) and jumps to its PVH "
               "entry: no decompression, and under microvm qboot's minimal firmware instead of SeaBIOS; the "
               "image bytes of such a row are that file's and the initramfs's.", "",

@@ -250,6 +250,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--direct", action="store_true",
                    help="boot the uncompressed kernel through its PVH entry: no firmware and no decompression "
                    "(the x86/HVM direct boot ABI, as Firecracker boots)")
+    r.add_argument("--pid1", action="store_true",
+                   help="the kernel starts the application itself, as PID 1: no init program, nothing mounted, "
+                   "no network set up (UKL configurations; not --userspace images)")
     r.add_argument("--log", type=Path, help="console log file (default OUTDIR/console.log)")
     r.add_argument("-v", "--verbose", action="store_true", help="show the kernel's boot messages")
     r.add_argument("args", nargs="*", metavar="ARGS",
@@ -485,6 +488,25 @@ def _recipe_name(srcs: list[Path]) -> str | None:
     return name
 
 
+def check_pid1_run(a: argparse.Namespace, man: image.Manifest, sh: str | None,
+                   forwards: list[tuple[int, int]]) -> None:
+    """--pid1 is for an application that needs no init work."""
+    why = None
+    if not kernel.is_ukl(man.config):
+        why = (f"it was built for '{man.config}', where the application is an ordinary program and the exit of "
+               "PID 1 panics", "build it for a UKL configuration (--config base)")
+    elif man.userspace or sh is not None:
+        why = ("a --userspace image keeps its init (the shell and tools run beside the application)",
+               "run it without --pid1")
+    elif forwards or a.tap:
+        why = ("the application as PID 1 has no network: init is what configures eth0",
+               "run it without --pid1 (and without --forward/--tap if it needs no network)")
+    elif a.remote is not None:
+        why = ("remote system calls are not supported with the application as PID 1", "run it without --pid1")
+    if why:
+        raise UklError(f"--pid1: {a.outdir}: {why[0]}", why[1])
+
+
 def cmd_run(a: argparse.Namespace) -> int:
     man = image.load(a.outdir)  # refuses what is not a build result
     sh = "" if a.shell else a.sh
@@ -514,6 +536,10 @@ def cmd_run(a: argparse.Namespace) -> int:
         raise UklError(f"--remote-idle-us {a.remote_idle_us}: must be -1 (always poll) or at least 0",
                        "for example --remote-idle-us 1000")
     forwards = [] if a.tap else a.forward or [(f[0], f[1]) for f in man.forwards]
+    vm.check_machine(vm.RunSpec(bzimage=a.outdir / "bzImage", initrds=[], log=log, machine=a.machine,
+                                remote=a.remote))
+    if a.pid1:
+        check_pid1_run(a, man, sh, forwards)
     append = list(a.append)
     if a.opts is not None:
         opts = profiles.opts_arg(a.opts)
@@ -529,7 +555,8 @@ def cmd_run(a: argparse.Namespace) -> int:
                                  interactive=a.shell, accel=None if a.accel == "auto" else a.accel,
                                  remote=a.remote.resolve() if a.remote else None,
                                  remote_idle_us=a.remote_idle_us, remote_notify=a.remote_notify,
-                                 side_dir=a.outdir, machine=a.machine, direct=a.direct))
+                                 side_dir=a.outdir, machine=a.machine, direct=a.direct,
+                                 pid1=f"/ukl/{man.app}" if a.pid1 else None, pid1_args=list(app_args)))
     if res.failures:
         ui.err.print(f"[bold red]ukl: the kernel failed[/] (log: {log}):")
         for line in res.failures[:40]:

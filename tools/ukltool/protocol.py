@@ -21,6 +21,20 @@ DEBUG_EXIT_PORT = 0xf4                     # then init writes N here and QEMU ex
 DEBUG_EXIT_DEVICE = f"isa-debug-exit,iobase={DEBUG_EXIT_PORT:#x},iosize=0x04"
 
 
+# The application as PID 1 (`ukl run --pid1`, patch "x86/ukl: let the
+# application run as init"): the kernel starts /ukl/NAME itself and, when it
+# exits, prints this on the console (after printk's time stamp) and ends the
+# machine. The kernel passes at most MAX_INIT_ARGS words to init.
+INIT_EXIT_LINE = re.compile(r"^\[\s*\d+\.\d+\] ukl: init exited: status (\d+)", re.M)
+MAX_INIT_ARGS = 32
+
+
+def parse_init_exit(console: str) -> int | None:
+    """The status the kernel printed for the application as PID 1."""
+    found = INIT_EXIT_LINE.findall(console)
+    return int(found[-1]) if found else None
+
+
 def parse_status(text: str) -> int | None:
     """The application's status from the status channel (the last line)."""
     found = STATUS_LINE.findall(text)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import select
 import shlex
 import signal
@@ -55,6 +56,8 @@ class RunSpec:
     machine: str = "pc"  # QEMU's machine: MACHINES
     direct: bool = False  # boot the uncompressed kernel by its PVH entry (bzimage.py): no firmware, no decompression
     savings: tuple[str, ...] | None = None  # kernel arguments of BOOT_SAVINGS to pass (None: those that apply)
+    pid1: str | None = None  # the application's path: the kernel starts it as PID 1, no init program
+    pid1_args: list[str] = field(default_factory=list)  # its arguments (after "--" on the command line)
 
 
 @dataclass
@@ -152,8 +155,9 @@ MACHINES = ("pc", "microvm")
 #   noapictimer: the local APIC timer is calibrated against another clock
 #     for 100 ms of ticks (apic.c, calibrate_APIC_clock()) unless the CPU
 #     has the TSC deadline timer, which KVM's -cpu host has and TCG lacks.
-#     A one-CPU TCG guest takes its ticks from the HPET (-M pc) or the PIT
-#     (microvm) instead.
+#     A one-CPU TCG guest on -M pc takes its ticks from the HPET instead.
+#     microvm has no HPET, and its PIT gave the guest no timer interrupt
+#     (a sleep never ended): there the calibration stays.
 BOOT_SAVINGS = ("no_timer_check", "noapictimer")
 
 
@@ -165,9 +169,24 @@ def boot_savings(spec: RunSpec, accel: str) -> list[str]:
             raise UklError(f"unknown boot saving(s): {', '.join(unknown)}", f"choose from {', '.join(BOOT_SAVINGS)}")
         return list(spec.savings)
     words = ["no_timer_check"]
-    if accel == "tcg" and spec.smp == 1:
+    if accel == "tcg" and spec.smp == 1 and spec.machine == "pc":
         words.append("noapictimer")
     return words
+
+
+def pid1_word(arg: str) -> str:
+    """ARG as one word after "--" on the kernel command line: the kernel
+    splits at spaces outside double quotes and removes the quotes."""
+    if '"' in arg or "\n" in arg:
+        raise UklError(f"argument {arg!r}: the kernel command line cannot carry a double quote or a newline "
+                       "to init", "run without --pid1 (init passes any argument)")
+    return f'"{arg}"' if not arg or any(c.isspace() for c in arg) else arg
+
+
+def check_pid1(spec: RunSpec) -> None:
+    if spec.pid1 and len(spec.pid1_args) + 1 > protocol.MAX_INIT_ARGS:
+        raise UklError(f"--pid1: the kernel passes init at most {protocol.MAX_INIT_ARGS - 1} arguments, "
+                       f"not {len(spec.pid1_args)}", "run without --pid1 (init passes any number)")
 
 
 def check_machine(spec: RunSpec) -> None:
@@ -187,6 +206,7 @@ def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path, status_file
                  shadow: remote.Shadow | None = None, kernel_file: Path | None = None) -> list[str]:
     """QEMU's command line; KERNEL_FILE: what -kernel loads (default the bzImage)."""
     check_machine(spec)
+    check_pid1(spec)
     loglevel = "8" if spec.verbose else "5"
     # printk.time=1: the kernel's messages carry a stamp, which tells them
     # from the application's output on the same console (logscan)
@@ -196,6 +216,9 @@ def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path, status_file
         append += profiles.image_kernel_args(spec.bzimage.parent)  # the image's profile
     if spec.icount and "norandmaps" not in append:
         append.append("norandmaps")  # random layouts change instruction counts
+    if spec.pid1:
+        # the kernel runs the application as init; the words after "--" are its arguments
+        append += [f"rdinit={spec.pid1}", "--", *(pid1_word(a) for a in spec.pid1_args)]
     machine = spec.machine + (shadow.machine_suffix if shadow else "")
     cmd = [qemu, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
            "-M", machine, "-m", spec.memory, "-smp", str(spec.smp),
@@ -279,6 +302,24 @@ def stop_run(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
+# A kernel message on the console (printk.time=1)
+KERNEL_LINE = re.compile(rb"^\r?\[\s*\d+\.\d+\] ")
+
+
+def _show_app_lines(data: bytes, flush: bool) -> bytes:
+    """With the application as PID 1 there is no init marker: show the
+    console's complete lines that are not kernel messages; return the rest."""
+    lines = data.split(b"\n")
+    rest = b"" if flush else lines.pop()
+    out = b"".join(line.rstrip(b"\r") + b"\n" for line in lines if not KERNEL_LINE.match(line))
+    if flush and out.endswith(b"\n") and not data.endswith(b"\n"):
+        out = out[:-1]
+    if out:
+        sys.stdout.buffer.write(out)
+        sys.stdout.flush()
+    return rest
+
+
 def _follow(proc: subprocess.Popen[bytes], spec: RunSpec, logf: BinaryIO, start: float,
             shadow: remote.Shadow | None = None) -> bool:
     """Copy QEMU's console to the log and, after init's marker, to stdout,
@@ -288,6 +329,7 @@ def _follow(proc: subprocess.Popen[bytes], spec: RunSpec, logf: BinaryIO, start:
     fd = proc.stdout.fileno()
     showing = spec.verbose
     pending = b""
+    by_line = spec.pid1 is not None and not spec.verbose and spec.show
     while True:
         left = spec.timeout - (time.monotonic() - start)
         if left <= 0:
@@ -297,13 +339,20 @@ def _follow(proc: subprocess.Popen[bytes], spec: RunSpec, logf: BinaryIO, start:
             return False
         if not ready:
             if proc.poll() is not None:
+                if by_line:
+                    _show_app_lines(pending, flush=True)
                 return False
             continue
         chunk = os.read(fd, 65536)
         if not chunk:
+            if by_line:
+                _show_app_lines(pending, flush=True)
             return False
         logf.write(chunk)
         logf.flush()
+        if by_line:
+            pending = _show_app_lines(pending + chunk, flush=False)
+            continue
         pending += chunk
         marker = pending.find(INIT_MARKER.encode())
         if not showing and marker >= 0 and pending.find(b"\n", marker) >= 0:
@@ -363,6 +412,8 @@ def boot(spec: RunSpec) -> RunResult:
         status = protocol.parse_status(status_file.read_text(errors="replace")) if status_file.exists() else None
     seconds = time.monotonic() - start
     text = spec.log.read_text(errors="replace")
+    if status is None and spec.pid1:
+        status = protocol.parse_init_exit(text)
     failures = logscan.failure_lines(text, context=12)
     if failures:
         code = EXIT_KERNEL_FAILURE

@@ -1,0 +1,47 @@
+"""`ukl run --pid1`: the kernel starts the UKL application itself, as PID 1,
+with no init program (issue 36, item 4). Its output, arguments, exit
+status and fatal signals are as when init starts it; abort() ends it
+(init's SIGNAL_UNKILLABLE would discard SIGABRT); and the kernel, not init,
+reports the status."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import REPO, assert_clean, build, ukl
+
+
+@pytest.fixture(scope="module")
+def basics(outdir):
+    return build(REPO / "tests" / "apps" / "basics.c", "base", outdir / "basics-pid1")
+
+
+def test_hello_is_pid_1_with_its_arguments(outdir):
+    out = build(REPO / "examples" / "hello" / "hello.c", "base", outdir / "hello-pid1")
+    res = ukl("run", out, "--pid1", "--machine", "microvm", "--direct", "--", "a", "b c", "")
+    assert res.returncode == 0, res.stdout
+    # argv[0] is the path the kernel started, as for any init it starts
+    assert "Hello from /ukl/hello (pid 1, running in ring 0)" in res.stdout
+    assert "argv[1] = a" in res.stdout and "argv[2] = b c" in res.stdout and "argv[3] = \n" in res.stdout
+    console = (out / "console.log").read_text()
+    assert "ukl-init:" not in console and "ukl: init exited: status 0" in console
+    assert_clean(out / "console.log")
+
+
+@pytest.mark.parametrize("args,status", [(["exit", "3"], 3), (["segv"], 139), (["abort"], 134)])
+def test_status_and_fatal_signals_as_under_init(basics, args, status):
+    res = ukl("run", basics, "--pid1", "--", *args)
+    assert res.returncode == status, res.stdout
+    assert f"ukl: init exited: status {status}" in (basics / "console.log").read_text()
+    assert "Attempted to kill init" not in res.stdout
+    assert_clean(basics / "console.log")
+
+
+def test_what_needs_init_is_refused(basics, outdir):
+    linux = build(REPO / "examples" / "hello" / "hello.c", "linux", outdir / "hello-pid1-linux")
+    for args, message in (([linux, "--pid1"], "UKL configuration"),
+                          ([basics, "--pid1", "--forward", "18081:80"], "no network"),
+                          ([basics, "--pid1", "--", "x" * 10] + ["y"] * 40, "at most 31 arguments"),
+                          ([basics, "--pid1", "--", 'say "hi"'], "double quote")):
+        res = ukl("run", *map(str, args))
+        assert res.returncode == 2 and message in res.stdout and "Traceback" not in res.stdout, res.stdout
