@@ -37,7 +37,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 from rich.table import Table
 
-from ukltool import bench, image, initramfs, kernel, plugin, recipes, ui, vm
+from ukltool import bench, image, initramfs, kernel, plugin, recipes, specialize, ui, vm
 from ukltool.errors import UklError
 from ukltool.paths import REPO, cache_dir
 
@@ -100,10 +100,20 @@ def check_configs(configs: list[str]) -> list[str]:
     return configs
 
 
-def build_spec(t: Target, config: str, out: Path) -> image.BuildSpec:
+def build_spec(t: Target, config: str, out: Path, files: list[tuple[Path, str]] | None = None) -> image.BuildSpec:
     if t.recipe is not None:
-        return recipes.image_spec(t.recipe, config, out)
-    return image.BuildSpec(t.sources, config, out)
+        return recipes.image_spec(t.recipe, config, out, files or [])
+    return image.BuildSpec(t.sources, config, out, files=files or [])
+
+
+def build_image(t: Target, config: str, out: Path, specialized: bool) -> image.Manifest:
+    """T's image for CONFIG in OUT; SPECIALIZED: for the kernel specialized
+    from CONFIG to T (`ukl build --specialize`, its report kept in OUT)."""
+    if not specialized:
+        with ui.step(f"building {t.label} for '{config}'"):
+            return image.build(build_spec(t, config, out))
+    specialize.build(build_spec(t, config, out), t.recipe, lambda c, o, extra: build_spec(t, c, o, extra))
+    return image.load(out)
 
 
 def server_probe(r: recipes.Recipe | None) -> tuple[int, bytes] | None:
@@ -453,10 +463,10 @@ def measure(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: 
 
 
 def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, mem_range: tuple[int, int],
-                steps: int, timeout: float) -> Row:
-    out = image_dir(t.label, config)
-    with ui.step(f"building {t.label} for '{config}'"):
-        man = image.build(build_spec(t, config, out))
+                steps: int, timeout: float, specialized: bool = False) -> Row:
+    out = image_dir(t.label, config + ("-specialized" if specialized else ""))
+    man = build_image(t, config, out, specialized)
+    config = man.config
     sizes = image_sizes(out, man.vmlinux_path())
     runs = []
     for i in range(repeat):
@@ -472,14 +482,17 @@ def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, 
     notes = list(first.notes)
     if len({r.instructions for r in runs}) > 1:
         notes.append("the runs' instruction counts differ")
-    return Row(t.label, config, False, man.kernel_release, sizes.image_bytes, sizes.kernel_bytes,
+    return Row(t.label, config, specialized, man.kernel_release, sizes.image_bytes, sizes.kernel_bytes,
                sizes.initramfs_bytes, sizes.text_bytes, sizes.data_bytes, sizes.bss_bytes, memory, first.ns,
                first.instructions, first.wall_ms, first.clock_offset_ns, first.reply_ns, first.reply_instructions,
                first.reply_wall_ms, least, trials, [r.instructions for r in runs], first.phases, first.exact, notes)
 
 
 def run(apps: list[str], configs: list[str], icount: bool, repeat: int, mem_range: tuple[int, int], steps: int,
-        timeout: float, memory: int = MEASURE_MEMORY, save: Callable[[Report], None] | None = None) -> Report:
+        timeout: float, memory: int = MEASURE_MEMORY, save: Callable[[Report], None] | None = None,
+        specialized: bool = False) -> Report:
+    """A row per application and configuration; SPECIALIZED: after each, a
+    row for the kernel specialized from that configuration to the application."""
     targets = [resolve_app(a) for a in apps]     # every name checked before any work
     check_configs(configs)
     if not mem_range[0] < memory:
@@ -488,9 +501,10 @@ def run(apps: list[str], configs: list[str], icount: bool, repeat: int, mem_rang
     report = Report(icount, bench.machine(), vm.qemu_version("qemu-system-x86_64"), mem_range, steps)
     for t in targets:
         for config in configs:
-            report.rows.append(measure_app(t, config, icount, repeat, memory, mem_range, steps, timeout))
-            if save:
-                save(report)
+            for special in (False, True) if specialized else (False,):
+                report.rows.append(measure_app(t, config, icount, repeat, memory, mem_range, steps, timeout, special))
+                if save:
+                    save(report)
     return report
 
 
@@ -593,8 +607,11 @@ def markdown(report: Report, plot_file: Path | None, md_file: Path | None = None
              "for servers the same to the first answer to the recipe's readiness probe; and the least `-m` "
              "(MiB) at which the application boots and passes its smoke test, found by bisection in "
              f"{report.memory_range[0]}..{report.memory_range[1]} MiB with at most {report.memory_steps} boots "
-             "after the upper bound's (\"fails at\": the largest size that failed). Kernels are the general "
-             "ones (not specialized).", "",
+             "after the upper bound's (\"fails at\": the largest size that failed). "
+             + ("Configurations named special-HASH are kernels specialized to the application (`ukl build "
+                "--specialize`, `ukl bench boot --specialize`) from the configuration in the row above."
+                if any(r.specialized for r in report.rows) else "Kernels are the general ones (not specialized)."),
+             "",
              f"Machine: {report.machine}; {report.qemu}.", "",
              "| " + " | ".join(HEADINGS) + " |", "|" + "---|" * len(HEADINGS)]
     lines += ["| " + " | ".join(cells(r)) + " |" for r in report.rows]
