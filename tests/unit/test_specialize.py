@@ -208,3 +208,23 @@ def test_recipe_specialize_options_are_checked(tmp_path, monkeypatch):
         (tmp_path / "x" / "recipe.toml").write_text(head + "[specialize]\n" + body + "\n")
         with pytest.raises(UklError, match=msg):
             recipes.load("x")
+
+
+def test_the_report_says_why_each_option_is_there(table, tmp_path):
+    sel = specialize.choose(specialize.parse_trace(TRACE), table, None, [("CONFIG_IPV6", "clients over IPv6")],
+                            ["the recipe forwards port(s) 6379 from the host"])
+    r = specialize.Result("special-0123456789ab", "base", "redis-server",
+                          {o: c.reasons for o, c in sorted(sel.options.items())}, ["CONFIG_EXPERT"],
+                          ["CONFIG_UNIKERNEL_LINUX"], ["CONFIG_UKL_REMOTE"], sel.left_out, sel.unknown,
+                          {"epoll_create": 1}, 23, 3.0, False, 140.0, True, str(tmp_path / "verify.log"))
+    specialize.write_reports(r, tmp_path, table)
+    md = (tmp_path / "specialize.md").read_text()
+    assert "`special-0123456789ab`" in md and "passes on this kernel" in md
+    assert "| CONFIG_EPOLL | epoll_create(): fs/eventpoll.c (redis-server; 1 time) |" in md
+    assert "| CONFIG_IPV6 | the recipe: clients over IPv6 |" in md
+    # the network device's options share one row
+    assert "CONFIG_VIRTIO_MENU, CONFIG_VIRTIO_MMIO" in md and "the recipe forwards port(s) 6379" in md
+    assert "/dev/weird0" in md and "io_uring_setup(): ENOSYS on the general kernel too" in md
+    import json
+    assert json.loads((tmp_path / "specialize.json").read_text())["options"]["CONFIG_IPV6"] == [
+        "the recipe: clients over IPv6"]

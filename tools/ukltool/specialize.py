@@ -265,7 +265,8 @@ def _record(usage: Usage, program: dict[str, str], pid: str, name: str, args: st
         program[ret] = who
     if name in ("execve", "execveat") and ret == "0":
         strings = STRING.findall(args)
-        if strings:
+        # busybox runs some applets by exec'ing itself: keep the name
+        if strings and not _unquote(strings[0]).startswith("/proc/self/"):
             program[pid] = Path(_unquote(strings[0])).name or who
     if name in PATH_CALLS:
         for s in STRING.findall(args):
@@ -686,8 +687,11 @@ def markdown(r: Result, table: Table) -> str:
              f"Re-verified: the smoke test {'passes' if r.verified else '**fails**'} on this kernel "
              f"({Path(r.verify_log).name}).", "",
              "## Options chosen for the application", "", "| option | why |", "|---|---|"]
-    for opt, reasons in r.options.items():
-        lines.append(f"| {opt} | " + "<br>".join(_md(x) for x in reasons) + " |")
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for opt, why in r.options.items():      # options added for the same reasons share a row
+        groups.setdefault(tuple(why), []).append(opt)
+    for why_all, opts in groups.items():
+        lines.append(f"| {', '.join(opts)} | " + "<br>".join(_md(x) for x in why_all) + " |")
     if not r.options:
         lines.append("| (none) | the core sufficed |")
     lines += ["", "## The core (kernel/specialize/core.config)", "",
