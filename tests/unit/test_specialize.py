@@ -228,3 +228,10 @@ def test_the_report_says_why_each_option_is_there(table, tmp_path):
     import json
     assert json.loads((tmp_path / "specialize.json").read_text())["options"]["CONFIG_IPV6"] == [
         "the recipe: clients over IPv6"]
+
+
+def test_comments_do_not_change_the_name():
+    a = "# one\nCONFIG_A=y\n# CONFIG_B is not set\n"
+    assert specialize.config_name(a) == specialize.config_name("# two\n# CONFIG_B is not set\nCONFIG_A=y\n")
+    assert specialize.config_name(a) != specialize.config_name(a + "CONFIG_C=y\n")
+    assert specialize.config_name(a) != specialize.config_name("# ukl-tcg-cpu: Skylake\n" + a)

@@ -439,7 +439,12 @@ def fragment(config: str, sel: Selection, table: Table) -> str:
 
 
 def config_name(text: str) -> str:
-    return PREFIX + hashlib.sha256(text.encode()).hexdigest()[:12]
+    """special-HASH, HASH of what the fragment sets (and its `ukl-`
+    headers), not of its comments: a reworded comment keeps the name, and
+    so the build directory."""
+    settings = sorted(f"{k}={v}" for k, v in kernel.parse_fragment(text).items())
+    headers = sorted(l.strip() for l in text.splitlines() if re.match(r"#\s*ukl-", l))
+    return PREFIX + hashlib.sha256("\n".join([*headers, *settings]).encode()).hexdigest()[:12]
 
 
 def store(text: str) -> str:
