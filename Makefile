@@ -71,7 +71,7 @@ results-boot: setup
 .PHONY: results-boot-methods
 results-boot-methods: setup
 	./ukl bench boot --apps examples/hello/hello.c,redis --configs linux,base --icount --no-memory \
-		--boots pc-plain,pc-no_timer_check,pc-noapictimer,pc,pc-direct,microvm-direct,microvm-direct-pid1 \
+		--boots pc-plain,pc-no_timer_check,pc-noapictimer,pc-trust_cpu,pc,pc-direct,microvm-direct,microvm-direct-pid1 \
 		--markdown docs/results-boot-methods.md --json docs/results-boot-methods.json
 
 # LTP's system-call tests as UKL applications (docs/conformance-ltp.md):

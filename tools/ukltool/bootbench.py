@@ -37,7 +37,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 from rich.table import Table
 
-from ukltool import bench, bzimage, image, initramfs, kernel, plugin, recipes, ui, vm
+from ukltool import bench, bzimage, image, initramfs, kernel, plugin, recipes, specialize, ui, vm
 from ukltool.errors import UklError
 from ukltool.paths import REPO, cache_dir
 
@@ -68,7 +68,9 @@ BOOTS = {
     "pc-plain": Boot("pc", False, (), "-M pc, bzImage, no saving (the command line before them)"),
     "pc-no_timer_check": Boot("pc", False, ("no_timer_check",), "-M pc, bzImage, no_timer_check"),
     "pc-noapictimer": Boot("pc", False, ("noapictimer",), "-M pc, bzImage, noapictimer"),
-    "pc": Boot("pc", False, None, "-M pc, bzImage, the savings `ukl run` passes (no_timer_check noapictimer)"),
+    "pc-trust_cpu": Boot("pc", False, ("random.trust_cpu=on",), "-M pc, bzImage, random.trust_cpu=on"),
+    "pc": Boot("pc", False, None, "-M pc, bzImage, the savings `ukl run` passes (no_timer_check noapictimer "
+               "random.trust_cpu=on)"),
     "pc-direct": Boot("pc", True, None, "-M pc, vmlinux through its PVH entry (no decompression), the savings"),
     "microvm-direct": Boot("microvm", True, None,
                            "-M microvm, vmlinux through its PVH entry: qboot, no PCI, no decompression"),
@@ -136,10 +138,20 @@ def check_configs(configs: list[str]) -> list[str]:
     return configs
 
 
-def build_spec(t: Target, config: str, out: Path) -> image.BuildSpec:
+def build_spec(t: Target, config: str, out: Path, files: list[tuple[Path, str]] | None = None) -> image.BuildSpec:
     if t.recipe is not None:
-        return recipes.image_spec(t.recipe, config, out)
-    return image.BuildSpec(t.sources, config, out)
+        return recipes.image_spec(t.recipe, config, out, files or [])
+    return image.BuildSpec(t.sources, config, out, files=files or [])
+
+
+def build_image(t: Target, config: str, out: Path, specialized: bool) -> image.Manifest:
+    """T's image for CONFIG in OUT; SPECIALIZED: for the kernel specialized
+    from CONFIG to T (`ukl build --specialize`, its report kept in OUT)."""
+    if not specialized:
+        with ui.step(f"building {t.label} for '{config}'"):
+            return image.build(build_spec(t, config, out))
+    specialize.build(build_spec(t, config, out), t.recipe, lambda c, o, extra: build_spec(t, c, o, extra))
+    return image.load(out)
 
 
 def server_probe(r: recipes.Recipe | None) -> tuple[int, bytes] | None:
@@ -511,12 +523,12 @@ def measure(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: 
 
 
 def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, mem_range: tuple[int, int] | None,
-                steps: int, timeout: float, boot: str = DEFAULT_BOOTS) -> Row:
+                steps: int, timeout: float, boot: str = DEFAULT_BOOTS, specialized: bool = False) -> Row:
     """MEM_RANGE None: no least-memory bisection."""
     how = BOOTS[boot]
-    out = image_dir(t.label, config)
-    with ui.step(f"building {t.label} for '{config}'"):
-        man = image.build(build_spec(t, config, out))
+    out = image_dir(t.label, config + ("-specialized" if specialized else ""))
+    man = build_image(t, config, out, specialized)
+    config = man.config
     sizes = image_sizes(out, man.vmlinux_path())
     if how.direct:
         # What the VMM loads: the uncompressed kernel, and the initramfs
@@ -538,7 +550,7 @@ def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, 
     notes = list(first.notes)
     if len({r.instructions for r in runs}) > 1:
         notes.append("the runs' instruction counts differ")
-    return Row(t.label, config, False, man.kernel_release, sizes.image_bytes, sizes.kernel_bytes,
+    return Row(t.label, config, specialized, man.kernel_release, sizes.image_bytes, sizes.kernel_bytes,
                sizes.initramfs_bytes, sizes.text_bytes, sizes.data_bytes, sizes.bss_bytes, memory, first.ns,
                first.instructions, first.wall_ms, first.clock_offset_ns, first.reply_ns, first.reply_instructions,
                first.reply_wall_ms, least, trials, [r.instructions for r in runs], first.phases, first.exact, notes,
@@ -547,9 +559,11 @@ def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, 
 
 def run(apps: list[str], configs: list[str], icount: bool, repeat: int, mem_range: tuple[int, int], steps: int,
         timeout: float, memory: int = MEASURE_MEMORY, save: Callable[[Report], None] | None = None,
-        boot_names: list[str] | None = None, bisect: bool = True) -> Report:
+        boot_names: list[str] | None = None, bisect: bool = True, specialized: bool = False) -> Report:
     """Every application under every configuration and boot method
-    (BOOT_NAMES, default DEFAULT_BOOTS); BISECT: find the least memory."""
+    (BOOT_NAMES, default DEFAULT_BOOTS); BISECT: find the least memory;
+    SPECIALIZED: after each, a row for the kernel specialized from that
+    configuration to the application."""
     targets = [resolve_app(a) for a in apps]     # every name checked before any work
     check_configs(configs)
     methods = boot_names or [DEFAULT_BOOTS]
@@ -559,16 +573,17 @@ def run(apps: list[str], configs: list[str], icount: bool, repeat: int, mem_rang
     report = Report(icount, bench.machine(), vm.qemu_version("qemu-system-x86_64"), mem_range, steps)
     for t in targets:
         for config in configs:
-            for boot in methods:
-                if BOOTS[boot].pid1 and (not kernel.is_ukl(config) or server_probe(t.recipe) is not None
-                                         or smoke_script(t)[0] is not None):
-                    ui.info(f"{boot} skipped for {t.label} under '{config}': PID 1 needs a UKL configuration "
-                            "and an application without network or a smoke-test script")
-                    continue
-                report.rows.append(measure_app(t, config, icount, repeat, memory, mem_range if bisect else None,
-                                               steps, timeout, boot))
-                if save:
-                    save(report)
+            for special in (False, True) if specialized else (False,):
+                for boot in methods:
+                    if BOOTS[boot].pid1 and (not kernel.is_ukl(config) or server_probe(t.recipe) is not None
+                                             or smoke_script(t)[0] is not None):
+                        ui.info(f"{boot} skipped for {t.label} under '{config}': PID 1 needs a UKL configuration "
+                                "and an application without network or a smoke-test script")
+                        continue
+                    report.rows.append(measure_app(t, config, icount, repeat, memory,
+                                                   mem_range if bisect else None, steps, timeout, boot, special))
+                    if save:
+                        save(report)
     return report
 
 
@@ -671,8 +686,11 @@ def markdown(report: Report, plot_file: Path | None, md_file: Path | None = None
              "for servers the same to the first answer to the recipe's readiness probe; and the least `-m` "
              "(MiB) at which the application boots and passes its smoke test, found by bisection in "
              f"{report.memory_range[0]}..{report.memory_range[1]} MiB with at most {report.memory_steps} boots "
-             "after the upper bound's (\"fails at\": the largest size that failed). Kernels are the general "
-             "ones (not specialized).", "",
+             "after the upper bound's (\"fails at\": the largest size that failed). "
+             + ("Configurations named special-HASH are kernels specialized to the application (`ukl build "
+                "--specialize`, `ukl bench boot --specialize`) from the configuration in the row above."
+                if any(r.specialized for r in report.rows) else "Kernels are the general ones (not specialized)."),
+             "",
              f"Machine: {report.machine}; {report.qemu}.", "",
              "| " + " | ".join(HEADINGS) + " |", "|" + "---|" * len(HEADINGS)]
     lines += ["| " + " | ".join(cells(r)) + " |" for r in report.rows]
@@ -701,7 +719,10 @@ def markdown(report: Report, plot_file: Path | None, md_file: Path | None = None
     lines += ["", "## Boot methods", "",
               "Each row's `boot`: how QEMU boots the image. The savings are kernel command-line words that tell "
               "the guest what it would otherwise wait to measure or check (tools/ukltool/vm.py, BOOT_SAVINGS): "
-              "`no_timer_check` skips the IO-APIC timer check's wait for ticks; `noapictimer` skips the local "
+              "`no_timer_check` skips the IO-APIC timer check's wait for ticks; `random.trust_cpu=on` seeds the "
+              "kernel's random number generator from RDRAND at boot, as Debian's kernels do by default, instead "
+              "of waiting for entropy (a server that reads random bytes at start waits there); `noapictimer` "
+              "skips the local "
               "APIC timer's 100 ms calibration, which a CPU without the TSC deadline timer (TCG's) needs, and "
               "takes the ticks from the HPET (-M pc only: under microvm, which has no HPET, no timer interrupt "
               "came without the APIC timer). Direct boot loads the uncompressed "

@@ -39,6 +39,7 @@ from ukltool import (
     recipes,
     remotebench,
     sources,
+    specialize,
     ui,
     vm,
 )
@@ -203,6 +204,12 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--cflags", type=_cflags, default=[], metavar="FLAGS",
                    help="extra compiler flags for C files, the same for every configuration "
                    "(for example --cflags=-fno-omit-frame-pointer for perf call chains)")
+    b.add_argument("--specialize", action="store_true",
+                   help="a kernel cut to this application: record its smoke test (a file or directory: its default "
+                   "run) under strace on the general kernel, keep only the kernel options what it used needs "
+                   "(kernel/specialize/), build for that configuration (special-HASH, shared by applications with "
+                   "the same needs), re-run the smoke test on it, and say why each option is there in "
+                   "OUTDIR/specialize.md")
     b.set_defaults(func=cmd_build)
 
     r = sub.add_parser("run", help="boot a build result in QEMU", epilog=EPILOG_RUN,
@@ -467,12 +474,23 @@ def cmd_build(a: argparse.Namespace) -> int:
                            "build an application that depends on it: " +
                            (", ".join(n for n in recipes.names() if recipe in recipes.load(n).depends) or "none"))
         kernel.fragments(a.config)  # validates the name before any work
-        spec = recipes.image_spec(r, a.config, a.output, a.file, a.configure_args, a.make_args, a.overlay)
+
+        def make_spec(config: str, out: Path, extra: list[tuple[Path, str]]) -> image.BuildSpec:
+            return recipes.image_spec(r, config, out, [*a.file, *extra], a.configure_args, a.make_args, a.overlay)
     else:
-        opts = project.Options(system=a.build_system, configure_args=a.configure_args, make_args=a.make_args)
-        spec = image.BuildSpec(a.sources, a.config, a.output, a.name, a.freestanding, a.userspace, a.cflags,
-                               a.file, a.overlay, opts)
-    man = image.build(spec)
+        r = None
+
+        def make_spec(config: str, out: Path, extra: list[tuple[Path, str]]) -> image.BuildSpec:
+            opts = project.Options(system=a.build_system, configure_args=list(a.configure_args),
+                                   make_args=list(a.make_args))
+            return image.BuildSpec(a.sources, config, out, a.name, a.freestanding, a.userspace, a.cflags,
+                                   [*a.file, *extra], a.overlay, opts)
+    if a.specialize:
+        res = specialize.build(make_spec(a.config, a.output, []), r, make_spec)
+        ui.info(f"built '{res.app}' for the specialized configuration '{res.config}' ({len(res.options)} options "
+                f"for the application beside the core; why: {a.output / 'specialize.md'}) in {a.output}")
+        return 0
+    man = image.build(make_spec(a.config, a.output, []))
     ui.info(f"built '{man.app}' for configuration '{man.config}' (kernel {man.kernel_release}) in {a.output}")
     return 0
 
@@ -635,6 +653,9 @@ def _bench_boot_parser(bs: argparse._SubParsersAction) -> None:
     bb.add_argument("--icount", action="store_true",
                     help="deterministic guest time: -icount shift=0,sleep=off (without it: instructions and wall "
                     "time only)")
+    bb.add_argument("--specialize", action="store_true",
+                    help="after each configuration's row, one for the kernel specialized from it to the application "
+                    "(`ukl build --specialize`; specialized: true in the JSON)")
     bb.add_argument("--repeat", type=_count, default=1, metavar="N",
                     help="boot each image N times to main() (default 1); each run's instructions are kept")
     bb.add_argument("--memory", type=_count, default=bootbench.MEASURE_MEMORY, metavar="MIB",
@@ -667,7 +688,7 @@ def cmd_bench_boot(a: argparse.Namespace) -> int:
         report = bootbench.run(bootbench.names(a.apps, "--apps"), bootbench.names(a.configs, "--configs"),
                                a.icount, a.repeat, bootbench.parse_range(a.memory_range), a.memory_steps,
                                a.timeout, a.memory, (lambda r: bootbench.save_json(r, a.json)) if a.json else None,
-                               bootbench.boots(a.boots), not a.no_memory)
+                               bootbench.boots(a.boots), not a.no_memory, a.specialize)
     bootbench.show(report)
     if a.json:
         bootbench.save_json(report, a.json)

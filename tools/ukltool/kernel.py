@@ -30,6 +30,14 @@ from ukltool.proc import capture, run, stream
 
 BASE_FRAGMENT = "vm-base.config"
 TREE_LOCK = "kernel-tree"
+# Specialized configurations (`ukl build --specialize`, specialize.py):
+# special-HASH, named by the content of a fragment kept in the cache.
+SPECIAL_PREFIX = "special-"
+
+
+def special_fragment(name: str) -> Path:
+    """Where the fragment of the specialized configuration NAME is kept."""
+    return cache_dir() / "specialize" / "configs" / f"{name}.config"
 
 
 def config_names() -> list[str]:
@@ -68,6 +76,12 @@ def _wanted(frags: list[Path]) -> dict[str, str]:
 
 
 def _fragments(name: str) -> list[Path]:
+    if name.startswith(SPECIAL_PREFIX):
+        special = special_fragment(name)
+        if not re.fullmatch(r"[0-9a-f]{12}", name[len(SPECIAL_PREFIX):]) or not special.is_file():
+            raise UklError(f"no specialized configuration '{name}' in this cache ({special.parent})",
+                           "build the application with `ukl build APP --config base --specialize`, which makes it")
+        return [special]   # self-contained: the core, the origin's fragments, the application's options
     path = CONFIG_DIR / f"{name}.config"
     if name == Path(BASE_FRAGMENT).stem or not path.is_file():
         raise UklError(f"unknown configuration '{name}'",

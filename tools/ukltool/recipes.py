@@ -114,6 +114,7 @@ class Recipe:
     tests: Tests | None = None
     netbench: NetBench | None = None
     extends: str = ""               # the recipe this one modifies (its patches, its name)
+    specialize: list[tuple[str, str]] = field(default_factory=list)  # [specialize] options: (CONFIG_X, reason)
 
 
 # In configure and make arguments: {prefix} is where a library recipe
@@ -299,10 +300,32 @@ def load(name: str) -> Recipe:
             except re.error as e:
                 raise UklError(f"{w}: '{v}' is not a regular expression: {e}", "fix the pattern") from None
     netbench = _netbench(_take(data, "netbench", dict, where), f"{where} [netbench]") if "netbench" in data else None
+    special = _specialize(_take(data, "specialize", dict, where), f"{where} [specialize]") \
+        if "specialize" in data else []
     description = _take(data, "description", str, where)
     _done(data, where)
     return Recipe(name, description, source, opts, [str(p) for p in host_packages], files, args,
-                  forwards, smoke, depends, bench, tests, netbench, parent)
+                  forwards, smoke, depends, bench, tests, netbench, parent, special)
+
+
+def _specialize(sd: dict[str, Any], w: str) -> list[tuple[str, str]]:
+    """[specialize] options = [{ name = "CONFIG_X", reason = "..." }]: kernel
+    options `ukl build --specialize` adds by hand, each with its reason."""
+    out = []
+    for i, item in enumerate(_take(sd, "options", list, w)):
+        if not isinstance(item, dict):
+            raise UklError(f"{w}: options[{i}] must be a table {{ name = \"CONFIG_X\", reason = \"...\" }}",
+                           "see apps/README.md")
+        iw = f"{w} options[{i}]"
+        name, reason = _take(item, "name", str, iw), _take(item, "reason", str, iw)
+        _done(item, iw)
+        if not re.fullmatch(r"CONFIG_[A-Z0-9_]+", name):
+            raise UklError(f"{iw}: '{name}' is not a kernel option name", "write it as Kconfig does, e.g. CONFIG_IPV6")
+        if not reason.strip():
+            raise UklError(f"{iw}: {name} needs a reason", "say why the application needs it")
+        out.append((name, reason.strip()))
+    _done(sd, w)
+    return out
 
 
 def _netbench(nd: dict[str, Any], w: str) -> NetBench:

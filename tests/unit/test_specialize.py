@@ -1,0 +1,237 @@
+"""`ukl build --specialize` without a VM: the strace parser, the table
+(kernel/specialize/table.toml) and the choice of options, the fragment and
+its name, and the recipe key [specialize]."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+
+import pytest
+
+from ukltool import kernel, recipes, specialize
+from ukltool.errors import UklError
+from ukltool.paths import CONFIG_DIR
+
+# strace -f -qq -s 0 output as the recording boot writes it: a shell that
+# runs the application (exec), a child of a clone whose result comes after
+# the child's first line, calls interrupted and resumed, failures.
+TRACE = """\
+40    execve("/bin/sh", [...], 0x7ffd /* 7 vars */) = 0
+40    set_robust_list(0x1ff576a0, 24)   = 0
+40    readlink("/proc/self/exe", ""..., 4096) = 12
+40    clone(child_stack=NULL, flags=CLONE_CHILD_CLEARTID|SIGCHLD <unfinished ...>
+41    execve("/bin/redis-server", [...], 0x1ff58b28 /* 7 vars */ <unfinished ...>
+40    <... clone resumed>, child_tidptr=0x1ff57690) = 41
+41    <... execve resumed>)             = 0
+40    wait4(-1,  <unfinished ...>
+41    socket(AF_INET6, SOCK_STREAM|SOCK_CLOEXEC, IPPROTO_IP) = -1 EAFNOSUPPORT (Address family not supported)
+41    socket(AF_INET, SOCK_STREAM|SOCK_CLOEXEC, IPPROTO_IP) = 5
+41    epoll_create(1024)                = 6
+41    io_uring_setup(8, 0x7ffd)         = -1 ENOSYS (Function not implemented)
+41    syscall_0x10003(0, 0, 0, 0, 0, 0) = -1 ENOSYS (Function not implemented)
+41    openat(AT_FDCWD, "/sys/devices/system/cpu/online", O_RDONLY|O_CLOEXEC) = 7
+41    openat(AT_FDCWD, "/proc/sys/net/core/somaxconn", O_RDONLY) = 8
+41    openat(AT_FDCWD, "/etc/passwd", O_RDONLY|O_CLOEXEC) = 9
+41    openat(AT_FDCWD, "/dev/null", O_RDWR) = 10
+41    openat(AT_FDCWD, "/dev/weird0", O_RDWR) = -1 ENOENT (No such file or directory)
+41    fcntl(9, F_SETLK, {l_type=F_WRLCK, l_whence=SEEK_SET, l_start=0, l_len=0}) = 0
+41    ioctl(5, SIOCGIFCONF, {ifc_len=0, ifc_buf=NULL}) = 0
+41    mount("none", "/mnt", "tmpfs", 0, NULL) = 0
+41    connect(5, {sa_family=AF_INET, sin_port=htons(80), sin_addr=inet_addr("10.0.2.2")}, 16) = 0
+41    connect(5, {sa_family=AF_INET, sin_port=htons(6379), sin_addr=inet_addr("127.0.0.1")}, 16) = 0
+41    write(1, ""..., 12)               = 12
+41    --- SIGTERM {si_signo=SIGTERM, si_code=SI_USER, si_pid=40, si_uid=0} ---
+41    exit_group(0)                     = ?
+40    <... wait4 resumed>[{WIFEXITED(s) && WEXITSTATUS(s) == 0}], 0, NULL) = 41
+"""
+
+
+@pytest.fixture(scope="module")
+def table():
+    return specialize.load_table()
+
+
+def test_the_parser_joins_resumed_calls_and_names_each_process():
+    u = specialize.parse_trace(TRACE)
+    assert u.syscalls["clone"].count == 1 and u.syscalls["wait4"].count == 1 and u.syscalls["execve"].count == 2
+    assert u.syscalls["epoll_create"].programs == {"redis-server"}
+    assert u.syscalls["set_robust_list"].programs == {"sh"}
+    assert u.families["AF_INET6"].only_failed_with("EAFNOSUPPORT")
+    assert not u.families["AF_INET"].errors
+    assert u.syscalls["io_uring_setup"].only_failed_with("ENOSYS")
+    assert {"/proc/self/exe", "/sys/devices/system/cpu/online", "/dev/null", "/etc/passwd"} <= set(u.paths)
+    assert set(u.filesystems) == {"tmpfs"} and set(u.ioctls) == {"SIOCGIFCONF"}
+    assert set(u.addresses) == {"10.0.2.2"}      # loopback is not the network device's
+    assert "fcntl F_SETLK" in u.arguments
+    assert u.lines == 23
+
+
+def test_arguments_are_split_at_the_top_level_only():
+    assert specialize.split_args('3, {a=1, b=[2, 3]}, "x, y", f(1, 2)') == ["3", "{a=1, b=[2, 3]}", '"x, y"', "f(1, 2)"]
+
+
+def test_lines_that_are_not_calls_are_ignored():
+    u = specialize.parse_trace("garbage\n\n12 +++ exited with 0 +++\n12 <... read resumed>) = 1\nnot 12 a line\n")
+    assert u.lines == 0 and not u.syscalls
+
+
+def test_choice_names_the_call_and_the_program_and_leaves_out_what_linux_lacked_too(table):
+    sel = specialize.choose(specialize.parse_trace(TRACE), table)
+    opts = sel.options
+    assert "CONFIG_EPOLL" in opts and "epoll_create()" in opts["CONFIG_EPOLL"].reasons[0]
+    assert "redis-server" in opts["CONFIG_EPOLL"].reasons[0]
+    assert {"CONFIG_NET", "CONFIG_INET", "CONFIG_SYSFS", "CONFIG_PROC_FS", "CONFIG_PROC_SYSCTL", "CONFIG_FUTEX",
+            "CONFIG_FILE_LOCKING", "CONFIG_TMPFS", "CONFIG_SHMEM"} <= set(opts)
+    # io_uring and IPv6 failed on the general kernel: nothing added
+    assert "CONFIG_IO_URING" not in opts and "CONFIG_IPV6" not in opts
+    assert any("io_uring_setup" in x for x in sel.left_out) and any("AF_INET6" in x for x in sel.left_out)
+    # UKL's remote call fails with ENOSYS on linux by design: still needed
+    assert {"CONFIG_UKL_REMOTE", "CONFIG_PCI"} <= set(opts)
+    # a connection to a non-loopback address needs the network device
+    assert "CONFIG_VIRTIO_NET" in opts and "10.0.2.2" in opts["CONFIG_VIRTIO_NET"].reasons[0]
+    # /dev/null is always there; an unknown device is listed for a person to check
+    assert any("/dev/weird0" in x for x in sel.unknown)
+
+
+def test_the_general_configuration_bounds_the_choice(table):
+    general = {"CONFIG_NET": "y", "CONFIG_INET": "y", "CONFIG_EPOLL": "y"}
+    sel = specialize.choose(specialize.parse_trace(TRACE), table, general)
+    assert "CONFIG_SYSFS" not in sel.options and "CONFIG_EPOLL" in sel.options
+    assert any("CONFIG_SYSFS is not in the general kernel" in x for x in sel.left_out)
+    assert "CONFIG_UKL_REMOTE" in sel.options   # UKL's calls: what the linux recording cannot have
+
+
+def test_recipe_and_network_reasons_add_options(table):
+    sel = specialize.choose(specialize.Usage(), table, {}, [("CONFIG_IPV6", "clients over IPv6")],
+                            ["the recipe forwards port(s) 6379 from the host"])
+    assert sel.options["CONFIG_IPV6"].reasons == ["the recipe: clients over IPv6"]
+    assert set(table.nic.options) <= set(sel.options)
+    assert not specialize.choose(specialize.Usage(), table).options
+
+
+def test_the_fragment_names_no_application_and_its_name_is_its_content(table):
+    sel = specialize.choose(specialize.parse_trace(TRACE), table)
+    text = specialize.fragment("base", sel, table)
+    again = specialize.fragment("base", specialize.choose(specialize.parse_trace(TRACE), table), table)
+    assert text == again and specialize.config_name(text) == specialize.config_name(again)
+    assert specialize.config_name(text).startswith(kernel.SPECIAL_PREFIX)
+    assert "redis" not in text and "ukl-extends" not in text
+    wanted = kernel.parse_fragment(text)
+    assert wanted["CONFIG_UNIKERNEL_LINUX"] == "y" and wanted["CONFIG_EXPERT"] == "y"
+    assert wanted["CONFIG_EPOLL"] == "y" and "CONFIG_MAGIC_SYSRQ" not in wanted
+    # base.config's remote calls need PCI: left to the application, here added back by its call
+    assert wanted["CONFIG_UKL_REMOTE"] == "y"
+    plain = specialize.fragment("base", specialize.Selection(), table)
+    assert "CONFIG_UKL_REMOTE" not in kernel.parse_fragment(plain)
+    assert specialize.config_name(plain) != specialize.config_name(text)
+
+
+def test_every_option_of_the_general_base_is_core_an_entry_or_explained(table):
+    core = set(kernel.parse_fragment(specialize.CORE_FILE.read_text()))
+    known = core | table.all_options() | set(table.vm_base_only)
+    missing = sorted(set(kernel.parse_fragment((CONFIG_DIR / kernel.BASE_FRAGMENT).read_text())) - known)
+    assert not missing, f"classify these in kernel/specialize/ (core.config, table.toml or [vm_base_only]): {missing}"
+
+
+def test_the_table_maps_every_x86_64_call_linux_can_compile_out(table):
+    # COND_SYSCALL (kernel/sys_ni.c) and SYS_NI (posix-stubs.c) of Linux
+    # 6.1 that are x86-64 system calls and built by an option
+    conditional = """accept accept4 acct add_key bind bpf capget capset connect epoll_create epoll_create1
+        epoll_ctl epoll_pwait epoll_pwait2 epoll_wait eventfd eventfd2 fadvise64 fanotify_init fanotify_mark flock
+        futex futex_waitv get_mempolicy get_robust_list getgroups getpeername getresgid getresuid getsockname
+        getsockopt inotify_add_watch inotify_init inotify_init1 inotify_rm_watch io_cancel io_destroy io_getevents
+        io_pgetevents io_setup io_submit io_uring_enter io_uring_register io_uring_setup ioprio_get ioprio_set kcmp
+        kexec_file_load kexec_load keyctl landlock_add_rule landlock_create_ruleset landlock_restrict_self listen
+        madvise mbind membarrier memfd_create memfd_secret migrate_pages modify_ldt move_pages mq_getsetattr
+        mq_notify mq_open mq_timedreceive mq_timedsend mq_unlink msgctl msgget msgrcv msgsnd name_to_handle_at
+        open_by_handle_at perf_event_open process_madvise process_vm_readv process_vm_writev quotactl quotactl_fd
+        recvfrom recvmmsg recvmsg request_key rseq seccomp semctl semget semop semtimedop sendmmsg sendmsg sendto
+        set_mempolicy set_mempolicy_home_node set_robust_list setfsgid setfsuid setgid setgroups setregid setresgid
+        setresuid setreuid setsockopt setuid shmat shmctl shmdt shmget shutdown signalfd signalfd4 socket socketpair
+        swapoff swapon sysfs syslog timerfd_create timerfd_gettime timerfd_settime uselib userfaultfd
+        timer_create timer_gettime timer_getoverrun timer_settime timer_delete clock_adjtime getitimer setitimer
+        alarm""".split()
+    assert not [c for c in conditional if c not in table.sections["syscalls"]]
+
+
+def test_a_broken_table_is_an_error_that_names_the_entry(tmp_path):
+    bad = tmp_path / "t.toml"
+    bad.write_text('[syscalls]\nfutex = { options = ["FUTEX"], in = "kernel/futex/" }\n[nic]\noptions = []\nin = "x"\n')
+    with pytest.raises(UklError, match=r"\[syscalls\] futex: options must be"):
+        specialize.load_table(bad)
+    bad.write_text('[syscalls]\nfutex = { options = [], in = "k", colour = 1 }\n[nic]\noptions = []\nin = "x"\n')
+    with pytest.raises(UklError, match="unknown key"):
+        specialize.load_table(bad)
+    bad.write_text("[nic]\noptions = []\nin = 'x'\n[extra]\n")
+    with pytest.raises(UklError, match="unknown section"):
+        specialize.load_table(bad)
+    bad.write_text("not toml [")
+    with pytest.raises(UklError, match="cannot read"):
+        specialize.load_table(bad)
+
+
+def test_the_trace_comes_back_from_the_console():
+    body = base64.encodebytes(gzip.compress(TRACE.encode())).decode()
+    console = ("noise\r\n" + specialize.TRACE_BEGIN + "\r\n" + body.replace("\n", "\r\n")
+               + "[    1.234567] a kernel line\r\n" + specialize.TRACE_END + "\r\n")
+    assert specialize.extract_trace(console) == TRACE
+    with pytest.raises(UklError, match="no trace"):
+        specialize.extract_trace("nothing here")
+    with pytest.raises(UklError, match="damaged"):
+        specialize.extract_trace(f"{specialize.TRACE_BEGIN}\nAAAA\n{specialize.TRACE_END}\n")
+
+
+def test_a_specialized_name_must_exist_in_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("UKL_CACHE", str(tmp_path))
+    with pytest.raises(UklError, match="no specialized configuration 'special-0123456789ab'"):
+        kernel.fragments("special-0123456789ab")
+    with pytest.raises(UklError, match="no specialized configuration"):
+        kernel.fragments("special-../../x")
+    name = specialize.store("CONFIG_EXPERT=y\n")
+    assert kernel.fragments(name) == [kernel.special_fragment(name)] and not kernel.is_ukl(name)
+
+
+def test_recipe_specialize_options_are_checked(tmp_path, monkeypatch):
+    monkeypatch.setattr(recipes, "APPS_DIR", tmp_path)
+    (tmp_path / "x").mkdir()
+    head = ('description = "x"\n[source]\npackage = "x"\nversion = "1"\ndsc_sha256 = "0"\n'
+            '[build]\nprogram = "x"\n')
+    (tmp_path / "x" / "recipe.toml").write_text(
+        head + '[specialize]\noptions = [{ name = "CONFIG_IPV6", reason = "clients over IPv6" }]\n')
+    assert recipes.load("x").specialize == [("CONFIG_IPV6", "clients over IPv6")]
+    for body, msg in (('options = [{ name = "IPV6", reason = "r" }]', "not a kernel option name"),
+                      ('options = [{ name = "CONFIG_IPV6", reason = " " }]', "needs a reason"),
+                      ('options = [{ name = "CONFIG_IPV6" }]', "lacks 'reason'"),
+                      ('options = ["CONFIG_IPV6"]', "must be a table"),
+                      ('options = []\ncolour = 1', "unknown key")):
+        (tmp_path / "x" / "recipe.toml").write_text(head + "[specialize]\n" + body + "\n")
+        with pytest.raises(UklError, match=msg):
+            recipes.load("x")
+
+
+def test_the_report_says_why_each_option_is_there(table, tmp_path):
+    sel = specialize.choose(specialize.parse_trace(TRACE), table, None, [("CONFIG_IPV6", "clients over IPv6")],
+                            ["the recipe forwards port(s) 6379 from the host"])
+    r = specialize.Result("special-0123456789ab", "base", "redis-server",
+                          {o: c.reasons for o, c in sorted(sel.options.items())}, ["CONFIG_EXPERT"],
+                          ["CONFIG_UNIKERNEL_LINUX"], ["CONFIG_UKL_REMOTE"], sel.left_out, sel.unknown,
+                          {"epoll_create": 1}, 23, 3.0, False, 140.0, True, str(tmp_path / "verify.log"))
+    specialize.write_reports(r, tmp_path, table)
+    md = (tmp_path / "specialize.md").read_text()
+    assert "`special-0123456789ab`" in md and "passes on this kernel" in md
+    assert "| CONFIG_EPOLL | epoll_create(): fs/eventpoll.c (redis-server; 1 time) |" in md
+    assert "| CONFIG_IPV6 | the recipe: clients over IPv6 |" in md
+    # the network device's options share one row
+    assert "CONFIG_VIRTIO_MENU, CONFIG_VIRTIO_MMIO" in md and "the recipe forwards port(s) 6379" in md
+    assert "/dev/weird0" in md and "io_uring_setup(): ENOSYS on the general kernel too" in md
+    import json
+    assert json.loads((tmp_path / "specialize.json").read_text())["options"]["CONFIG_IPV6"] == [
+        "the recipe: clients over IPv6"]
+
+
+def test_comments_do_not_change_the_name():
+    a = "# one\nCONFIG_A=y\n# CONFIG_B is not set\n"
+    assert specialize.config_name(a) == specialize.config_name("# two\n# CONFIG_B is not set\nCONFIG_A=y\n")
+    assert specialize.config_name(a) != specialize.config_name(a + "CONFIG_C=y\n")
+    assert specialize.config_name(a) != specialize.config_name("# ukl-tcg-cpu: Skylake\n" + a)

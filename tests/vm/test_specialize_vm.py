@@ -1,0 +1,84 @@
+"""`ukl build --specialize` (issue 36, item 2): a kernel cut to one
+application, from what it was seen to use on the general kernel. One
+kernel build in `make test` (hello's, the smallest); Redis's in test-all."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import REPO, assert_clean, ukl
+from ukltool import kernel, specialize
+from ukltool.paths import cache_dir
+
+# System calls that are harmless with zero arguments, each with the table's
+# options that build it (x86-64 numbers)
+CALLS = {"socket": 41, "epoll_create1": 291, "eventfd2": 290, "timerfd_create": 283, "inotify_init1": 294,
+         "signalfd4": 289, "io_uring_setup": 425, "msgget": 68, "mq_open": 240, "flock": 73, "perf_event_open": 298,
+         "setuid": 105, "set_robust_list": 273}
+
+
+def test_hello_specialized_boots_and_lacks_what_it_does_not_use(outdir):
+    out = outdir / "hello-special"
+    res = ukl("build", REPO / "examples/hello/hello.c", "--config", "base", "--specialize", "-o", out)
+    assert res.returncode == 0, res.stdout[-3000:]
+    report = json.loads((out / "specialize.json").read_text())
+    name = report["config"]
+    assert name.startswith(kernel.SPECIAL_PREFIX) and report["origin"] == "base" and report["verified"]
+    assert json.loads((out / "manifest.json").read_text())["config"] == name
+    assert "specialized kernel configuration" in (out / "specialize.md").read_text()
+    # hello uses no network, no event loop, no block device: none of it is built
+    wanted = kernel.parse_fragment((out / "specialize.config").read_text())
+    for opt in ("CONFIG_NET", "CONFIG_EPOLL", "CONFIG_PCI", "CONFIG_UKL_REMOTE", "CONFIG_BLOCK", "CONFIG_SYSFS"):
+        assert opt not in wanted, opt
+    assert wanted["CONFIG_UNIKERNEL_LINUX"] == "y"
+    assert "set_robust_list" in report["syscalls"] and "CONFIG_FUTEX" in report["options"]
+
+    res = ukl("run", out, "--", "from", "the", "host")
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert "running in ring 0" in res.stdout and "argv[3] = host" in res.stdout
+    assert_clean(out / "console.log")
+
+    # What the kernel lacks is ENOSYS, as on any Linux built without it; a
+    # second application on the same configuration shares the kernel build.
+    # (The final configuration: an option can be selected by another, as
+    # x86 selects PERF_EVENTS.)
+    table = specialize.load_table()
+    final = kernel.parse_fragment((cache_dir() / "build" / name / ".config").read_text())
+    absent = {c for c in CALLS if any(final.get(o, "n") == "n" for o in table.sections["syscalls"][c].options)}
+    assert {"socket", "epoll_create1", "io_uring_setup", "msgget"} <= absent and "set_robust_list" not in absent
+    probe = outdir / "enosys-special"
+    res = ukl("build", REPO / "tests/apps/enosys.c", "--config", name, "-o", probe)
+    assert res.returncode == 0, res.stdout[-3000:]
+    res = ukl("run", probe, "--", *(f"{c}:{n}" for c, n in CALLS.items()))
+    assert res.returncode == 0, res.stdout[-3000:]
+    for c in CALLS:
+        assert f"{c} {'ENOSYS' if c in absent else 'present'}" in res.stdout, (c, res.stdout[-2000:])
+    assert_clean(probe / "console.log")
+
+
+def test_a_specialized_name_that_is_not_in_the_cache_is_a_clear_error(outdir):
+    res = ukl("build", REPO / "examples/hello/hello.c", "--config", "special-000000000000", "-o", outdir / "none")
+    assert res.returncode == 2 and "no specialized configuration" in res.stdout and "Traceback" not in res.stdout
+    res = ukl("build", REPO / "examples/hello/hello.c", "--config", "nosuch", "--specialize", "-o", outdir / "none")
+    assert res.returncode == 2 and "unknown configuration" in res.stdout and "Traceback" not in res.stdout
+
+
+@pytest.mark.test_all
+def test_redis_specialized_serves_and_passes_its_smoke_test(outdir):
+    """Redis on its own kernel: the build re-runs the smoke test on it;
+    the server answers from the host through the network device its
+    forwarded port brought in; its own tests pass against it."""
+    out = outdir / "redis-special"
+    res = ukl("build", "redis", "--config", "base", "--specialize", "-o", out)
+    assert res.returncode == 0, res.stdout[-3000:]
+    report = json.loads((out / "specialize.json").read_text())
+    assert report["verified"]
+    for opt in ("CONFIG_NET", "CONFIG_INET", "CONFIG_EPOLL", "CONFIG_VIRTIO_NET"):
+        assert opt in report["options"], opt
+    js = outdir / "apptest-redis-special.json"
+    res = ukl("apptest", "redis", "--configs", report["config"], "--unit", "unit/type/incr", "--json", js)
+    assert res.returncode == 0, res.stdout[-3000:]
+    (got,) = json.loads(js.read_text())
+    assert got["finished"] and got["counts"]["err"] == 0 and got["counts"]["ok"] >= 20, got
