@@ -4,7 +4,10 @@
  */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +100,15 @@ int main(int argc, char **argv)
 		if (fd < 0 || write(fd, "c", 1) != 1)
 			return perror("sysrq-trigger"), 20;
 		return 21;
+	}
+	if (!strcmp(c, "cloneparent")) {
+		/* init may not make siblings (nobody would reap them) */
+		long r = syscall(SYS_clone, CLONE_PARENT | SIGCHLD, 0, 0, 0, 0);
+
+		if (r == 0)
+			_exit(0);
+		printf("clone(CLONE_PARENT): %s\n", r < 0 ? strerror(errno) : "created");
+		return 0;
 	}
 	if (!strcmp(c, "sleep")) {
 		sleep(argc > 2 ? atoi(argv[2]) : 1000);

@@ -111,3 +111,35 @@ def test_pid1_output_is_the_consoles_lines_that_are_not_the_kernels(capsysbinary
     assert rest == b"parti" and capsysbinary.readouterr().out == b"Hello\n"
     assert vm._show_app_lines(b"al line", flush=True) == b""
     assert capsysbinary.readouterr().out == b"al line"
+
+
+def test_pid1_arguments_the_kernel_would_cut_or_split(tmp_path):
+    def line(*args: str, append: tuple[str, ...] = ()) -> str:
+        cmd = vm.qemu_command("qemu", spec(tmp_path, pid1="/ukl/x", pid1_args=list(args), append=list(append)),
+                              "tcg", tmp_path / "i", tmp_path / "s")
+        return cmd[cmd.index("-append") + 1]
+    # 0xa0 is a space to the kernel's Latin-1 ctype: "à" is C3 A0 in UTF-8
+    assert line("à", "b\tc", "d").endswith('-- "à" "b\tc" d')
+    for args, append, message in ((["--"], (), "second '--'"), (["x" * 3000], (), "longer than 2047 bytes"),
+                                  (["a"], ("quiet",), "quiet would hide"), (["a"], ("loglevel=4",), "loglevel=4")):
+        with pytest.raises(UklError, match=message):
+            line(*args, append=tuple(append))
+
+
+def test_the_status_line_is_found_after_output_without_a_newline():
+    from ukltool import protocol
+    assert protocol.parse_init_exit("no newline at the end[    0.9] ukl: init exited: status 3\n") == 3
+
+
+def test_microvm_under_tcg_is_told_the_tsc_frequency(tmp_path):
+    assert vm.host_tsc_khz("processor\t: 0\ncpu MHz\t\t: 2596.128\n") == 2596128
+    assert vm.host_tsc_khz("no such line") is None
+    words = append_of(vm.qemu_command("qemu", spec(tmp_path, machine="microvm"), "tcg", tmp_path / "i",
+                                      tmp_path / "s"))
+    assert any(w.startswith("tsc_early_khz=") for w in words) == (vm.host_tsc_khz(
+        open("/proc/cpuinfo").read()) is not None)
+    # not under -icount (a 1 GHz TSC, calibrated exactly), not on -M pc, not under KVM
+    for s, accel in ((spec(tmp_path, machine="microvm", icount=True), "tcg"), (spec(tmp_path), "tcg"),
+                     (spec(tmp_path, machine="microvm"), "kvm")):
+        assert not any(w.startswith("tsc_early_khz=") for w in append_of(
+            vm.qemu_command("qemu", s, accel, tmp_path / "i", tmp_path / "s")))

@@ -37,6 +37,11 @@ def test_status_and_fatal_signals_as_under_init(basics, args, status):
     assert_clean(basics / "console.log")
 
 
+def test_init_makes_no_siblings(basics):
+    res = ukl("run", basics, "--pid1", "--", "cloneparent")
+    assert res.returncode == 0 and "clone(CLONE_PARENT): Invalid argument" in res.stdout, res.stdout
+
+
 def test_what_needs_init_is_refused(basics, outdir):
     linux = build(REPO / "examples" / "hello" / "hello.c", "linux", outdir / "hello-pid1-linux")
     for args, message in (([linux, "--pid1"], "UKL configuration"),

@@ -25,7 +25,8 @@ DEBUG_EXIT_DEVICE = f"isa-debug-exit,iobase={DEBUG_EXIT_PORT:#x},iosize=0x04"
 # application run as init"): the kernel starts /ukl/NAME itself and, when it
 # exits, prints this on the console (after printk's time stamp) and ends the
 # machine. The kernel passes at most MAX_INIT_ARGS words to init.
-INIT_EXIT_LINE = re.compile(r"^\[\s*\d+\.\d+\] ukl: init exited: status (\d+)", re.M)
+# (not anchored: the application's last output may lack its newline)
+INIT_EXIT_LINE = re.compile(r"\[\s*\d+\.\d+\] ukl: init exited: status (\d+)")
 MAX_INIT_ARGS = 32
 
 

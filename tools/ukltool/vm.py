@@ -180,19 +180,55 @@ def boot_savings(spec: RunSpec, accel: str) -> list[str]:
     return words
 
 
+# What the kernel's command-line parser takes for a space: its ctype table
+# is Latin-1's, where 0xa0 (a byte of many UTF-8 characters) is one
+KERNEL_SPACES = b" \t\n\v\f\r\xa0"
+COMMAND_LINE_SIZE = 2048  # x86: longer command lines are cut, silently
+
+
 def pid1_word(arg: str) -> str:
     """ARG as one word after "--" on the kernel command line: the kernel
-    splits at spaces outside double quotes and removes the quotes."""
-    if '"' in arg or "\n" in arg:
-        raise UklError(f"argument {arg!r}: the kernel command line cannot carry a double quote or a newline "
-                       "to init", "run without --pid1 (init passes any argument)")
-    return f'"{arg}"' if not arg or any(c.isspace() for c in arg) else arg
+    splits at spaces outside double quotes and removes the quotes; a second
+    "--" would end init's arguments there."""
+    if '"' in arg or "\n" in arg or arg == "--":
+        raise UklError(f"argument {arg!r}: the kernel command line cannot carry a double quote, a newline or "
+                       "a second '--' to init", "run without --pid1 (init passes any argument)")
+    raw = arg.encode()
+    return f'"{arg}"' if not raw or any(b in KERNEL_SPACES for b in raw) else arg
 
 
 def check_pid1(spec: RunSpec) -> None:
-    if spec.pid1 and len(spec.pid1_args) + 1 > protocol.MAX_INIT_ARGS:
+    if not spec.pid1:
+        return
+    if len(spec.pid1_args) + 1 > protocol.MAX_INIT_ARGS:
         raise UklError(f"--pid1: the kernel passes init at most {protocol.MAX_INIT_ARGS - 1} arguments, "
                        f"not {len(spec.pid1_args)}", "run without --pid1 (init passes any number)")
+    hiding = [w for w in spec.append if w == "quiet" or re.fullmatch(r"loglevel=[0-4]", w)]
+    if hiding:
+        raise UklError(f"--pid1: {' '.join(hiding)} would hide the kernel's status line (a warning)",
+                       "leave the console's log level at 5 or more")
+
+
+def host_tsc_khz(cpuinfo: str) -> int | None:
+    """The host's CPU (TSC) frequency in kHz, from /proc/cpuinfo's "cpu MHz"."""
+    m = re.search(r"^cpu MHz\s*:\s*([0-9.]+)", cpuinfo, re.M)
+    return int(float(m.group(1)) * 1000) if m else None
+
+
+def microvm_tcg_args(spec: RunSpec, accel: str) -> list[str]:
+    """Under TCG without -icount, the guest's TSC is the host's. microvm's
+    guest calibrates it against the PIT, which fails when the host is busy;
+    it then waits for timer ticks that microvm's PIT never delivers, and
+    the boot hangs (2 boots in 3 on a loaded host). Telling it the
+    frequency skips that calibration. Under -icount the TSC runs at 1 GHz
+    and the calibration is exact; under KVM kvmclock gives it."""
+    if spec.machine != "microvm" or accel != "tcg" or spec.icount:
+        return []
+    try:
+        khz = host_tsc_khz(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        return []
+    return [f"tsc_early_khz={khz}"] if khz else []
 
 
 def check_machine(spec: RunSpec) -> None:
@@ -217,14 +253,19 @@ def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path, status_file
     # printk.time=1: the kernel's messages carry a stamp, which tells them
     # from the application's output on the same console (logscan)
     append = ["console=ttyS0", f"loglevel={loglevel}", "printk.time=1", "panic=-1", "oops=panic",
-              "nokaslr", "tsc=reliable", *boot_savings(spec, accel), *spec.append]
+              "nokaslr", "tsc=reliable", *boot_savings(spec, accel), *microvm_tcg_args(spec, accel), *spec.append]
     if not any(w.startswith(profiles.KERNEL_PARAM + "=") for w in append):
         append += profiles.image_kernel_args(spec.bzimage.parent)  # the image's profile
     if spec.icount and "norandmaps" not in append:
         append.append("norandmaps")  # random layouts change instruction counts
     if spec.pid1:
-        # the kernel runs the application as init; the words after "--" are its arguments
+        # The kernel runs the application as init; the words after "--" are
+        # its arguments. rdinit= stays the last word before "--": it drops
+        # the unknown words before it (nokaslr) from init's arguments.
         append += [f"rdinit={spec.pid1}", "--", *(pid1_word(a) for a in spec.pid1_args)]
+        if len(" ".join(append).encode()) >= COMMAND_LINE_SIZE:
+            raise UklError(f"--pid1: the kernel command line would be longer than {COMMAND_LINE_SIZE - 1} bytes "
+                           "with the application's arguments", "run without --pid1 (init passes them in a file)")
     machine = spec.machine + (shadow.machine_suffix if shadow else "")
     cmd = [qemu, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
            "-M", machine, "-m", spec.memory, "-smp", str(spec.smp),
