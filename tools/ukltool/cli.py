@@ -277,8 +277,8 @@ def parser() -> argparse.ArgumentParser:
                     help="write an OCI image layout archive (a device or FIFO is written into, not replaced)")
     pk.add_argument("--firecracker", type=Path, metavar="DIR",
                     help="write DIR for Firecracker: the uncompressed kernel (vmlinux), the initramfs and "
-                    "vm-config.json (`firecracker --no-api --config-file vm-config.json` in DIR; needs KVM, "
-                    "and a kernel with virtio-mmio: docs/deploy.md)")
+                    "vm-config.json (`firecracker --no-api --config-file vm-config.json` in DIR; needs KVM: "
+                    "docs/deploy.md)")
     pk.add_argument("--tag", metavar="REF",
                     help="the image's name, [DOMAIN/]PATH[:TAG] (default localhost/ukl/APP:latest); written "
                     "normalized as containerd's CRI names it (docker.io/library/redis:latest for redis)")
