@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ukltool import bzimage, image
+from ukltool import bzimage, image, vm
 from ukltool.errors import UklError
 
 MEDIA_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -315,13 +315,8 @@ GUEST_MAC = "06:00:0a:00:02:0f"
 
 
 def _cmdline_word(arg: str) -> str:
-    """ARG as one word of the kernel command line: the kernel splits at
-    spaces outside double quotes, which it removes; an argument cannot
-    hold a double quote."""
-    if '"' in arg:
-        raise UklError(f"argument {arg!r} has a double quote, which the kernel command line cannot carry",
-                       "change the image's arguments (ukl build ... then ukl pkg)")
-    return f'"{arg}"' if not arg or any(c.isspace() for c in arg) else arg
+    """ARG as one word of init's arguments on the kernel command line."""
+    return vm.init_arg_word(arg, "change the image's arguments (ukl build ... then ukl pkg)")
 
 
 def firecracker_config(man: image.Manifest, initrd: bool) -> dict[str, object]:

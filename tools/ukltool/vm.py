@@ -186,15 +186,20 @@ KERNEL_SPACES = b" \t\n\v\f\r\xa0"
 COMMAND_LINE_SIZE = 2048  # x86: longer command lines are cut, silently
 
 
-def pid1_word(arg: str) -> str:
-    """ARG as one word after "--" on the kernel command line: the kernel
-    splits at spaces outside double quotes and removes the quotes; a second
-    "--" would end init's arguments there."""
+def init_arg_word(arg: str, hint: str) -> str:
+    """ARG as one word after "--" on the kernel command line, which the
+    kernel passes to init: it splits at spaces outside double quotes and
+    removes the quotes; a second "--" would end init's arguments there.
+    HINT: what to do instead when ARG cannot be passed."""
     if '"' in arg or "\n" in arg or arg == "--":
         raise UklError(f"argument {arg!r}: the kernel command line cannot carry a double quote, a newline or "
-                       "a second '--' to init", "run without --pid1 (init passes any argument)")
+                       "a second '--' to init", hint)
     raw = arg.encode()
     return f'"{arg}"' if not raw or any(b in KERNEL_SPACES for b in raw) else arg
+
+
+def pid1_word(arg: str) -> str:
+    return init_arg_word(arg, "run without --pid1 (init passes any argument)")
 
 
 def check_pid1(spec: RunSpec) -> None:
