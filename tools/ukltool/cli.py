@@ -186,6 +186,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--userspace", action="store_true",
                    help="add a small Linux userspace (busybox: sh, ps, kill, top, ...) beside the application, "
                    "which is then started as /ukl/NAME from `ukl run --sh` or --shell")
+    b.add_argument("--perf", action="store_true",
+                   help="add Debian's perf with its shared libraries (about 33 MB) to the userspace; "
+                   "implies --userspace")
     b.add_argument("--freestanding", action="store_true",
                    help="no C library: the program brings its own _start and system call shim")
     b.add_argument("--configure-args", type=_words, default=[], metavar="ARGS",
@@ -476,15 +479,17 @@ def cmd_build(a: argparse.Namespace) -> int:
         kernel.fragments(a.config)  # validates the name before any work
 
         def make_spec(config: str, out: Path, extra: list[tuple[Path, str]]) -> image.BuildSpec:
-            return recipes.image_spec(r, config, out, [*a.file, *extra], a.configure_args, a.make_args, a.overlay)
+            spec = recipes.image_spec(r, config, out, [*a.file, *extra], a.configure_args, a.make_args, a.overlay)
+            spec.perf = a.perf
+            return spec
     else:
         r = None
 
         def make_spec(config: str, out: Path, extra: list[tuple[Path, str]]) -> image.BuildSpec:
             opts = project.Options(system=a.build_system, configure_args=list(a.configure_args),
                                    make_args=list(a.make_args))
-            return image.BuildSpec(a.sources, config, out, a.name, a.freestanding, a.userspace, a.cflags,
-                                   [*a.file, *extra], a.overlay, opts)
+            return image.BuildSpec(a.sources, config, out, a.name, a.freestanding, a.userspace or a.perf, a.cflags,
+                                   [*a.file, *extra], a.overlay, opts, perf=a.perf)
     if a.specialize:
         res = specialize.build(make_spec(a.config, a.output, []), r, make_spec)
         ui.info(f"built '{res.app}' for the specialized configuration '{res.config}' ({len(res.options)} options "
