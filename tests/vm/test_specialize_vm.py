@@ -1,12 +1,11 @@
 """`ukl build --specialize` (issue 36, item 2): a kernel cut to one
-application, from what it was seen to use on the general kernel. One
-kernel build in `make test` (hello's, the smallest); Redis's in test-all."""
+application, from what it was seen to use on the general kernel. Two
+kernel builds, cached by their configuration: hello's (the smallest) and
+Redis's (a server: network, epoll, its own suite against it)."""
 
 from __future__ import annotations
 
 import json
-
-import pytest
 
 from conftest import REPO, assert_clean, ukl
 from ukltool import kernel, specialize
@@ -65,7 +64,6 @@ def test_a_specialized_name_that_is_not_in_the_cache_is_a_clear_error(outdir):
     assert res.returncode == 2 and "unknown configuration" in res.stdout and "Traceback" not in res.stdout
 
 
-@pytest.mark.test_all
 def test_redis_specialized_serves_and_passes_its_smoke_test(outdir):
     """Redis on its own kernel: the build re-runs the smoke test on it;
     the server answers from the host through the network device its
