@@ -96,7 +96,7 @@ def test_perf_attributes_samples_and_call_chains_to_application_and_kernel_funct
     application's hot function (kallsyms: ukl_ prefix) and kernel
     functions, and perf script shows the hot function's caller in the
     application by name (the input of a flame graph)."""
-    out = build(SRC, "base", outdir / "userspace-base-fp", "--userspace", "--cflags=-fno-omit-frame-pointer")
+    out = build(SRC, "base", outdir / "userspace-base-fp", "--perf", "--cflags=-fno-omit-frame-pointer")
     script = ("$UKL_APP burn 8 & pid=$!; sleep 30 & other=$!; sleep 1; "
               "perf record -q -g -e cpu-clock -F 499 -p $pid -o /tmp/perf.data -- sleep 4; echo record=$?; "
               "perf report -i /tmp/perf.data --stdio --no-children -g none --sort sym 2>/dev/null "

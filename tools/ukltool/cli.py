@@ -333,7 +333,8 @@ def _build_parser(sub: argparse._SubParsersAction) -> None:
                  "ordinary static binary on stock Linux (the baseline).",
                  ("ukl build examples/hello/hello.c --config base -o out/hello",
                   "ukl build path/to/project --config base --make-args 'NO_TLS=1' -o out/prog",
-                  "ukl build redis --config base --specialize -o out/redis"), listed=False)
+                  "ukl build redis --config base --specialize -o out/redis",
+                  "ukl build examples/hello/hello.c --config base --perf -o out/hello-perf"), listed=False)
     b.add_argument("sources", nargs="+", type=Path, metavar="INPUT",
                    help="C source files, a project directory, or the NAME of a recipe in apps/ "
                    f"({_safe(recipes.names)})")
@@ -345,6 +346,9 @@ def _build_parser(sub: argparse._SubParsersAction) -> None:
                    help="add a small Linux userspace (busybox: sh, ps, kill, top, ...) beside the application, "
                    "which is then started as /ukl/NAME from `ukl run --sh` or --shell (a recipe's image has it "
                    "always)")
+    b.add_argument("--perf", action="store_true",
+                   help="add Debian's perf with its shared libraries (about 33 MB) to the userspace; "
+                   "implies --userspace")
     b.add_argument("--file", action="append", type=_file_spec, default=[], metavar="SRC:DEST",
                    help="add the host file SRC to the image as DEST (an absolute path; parents are created; "
                    "replaces what the image has there, e.g. /etc/passwd)")
@@ -768,7 +772,9 @@ def cmd_build(a: argparse.Namespace) -> int:
         ui.info(f"building the recipe '{recipe}' (apps/{recipe}/recipe.toml) for '{a.config}'")
 
         def make_spec(config: str, out: Path, extra: list[tuple[Path, str]]) -> image.BuildSpec:
-            return recipes.image_spec(r, config, out, [*a.file, *extra], a.configure_args, a.make_args, a.overlay)
+            spec = recipes.image_spec(r, config, out, [*a.file, *extra], a.configure_args, a.make_args, a.overlay)
+            spec.perf = a.perf
+            return spec
     else:
         r = None
         ui.info(f"building the project directory {a.sources[0]}" if kind == "directory" else
@@ -778,8 +784,8 @@ def cmd_build(a: argparse.Namespace) -> int:
         def make_spec(config: str, out: Path, extra: list[tuple[Path, str]]) -> image.BuildSpec:
             opts = project.Options(system=a.build_system, configure_args=list(a.configure_args),
                                    make_args=list(a.make_args))
-            return image.BuildSpec(a.sources, config, out, a.name, a.freestanding, a.userspace, a.cflags,
-                                   [*a.file, *extra], a.overlay, opts)
+            return image.BuildSpec(a.sources, config, out, a.name, a.freestanding, a.userspace or a.perf, a.cflags,
+                                   [*a.file, *extra], a.overlay, opts, perf=a.perf)
     if a.specialize:
         res = specialize.build(make_spec(a.config, a.output, []), r, make_spec)
         ui.info(f"built '{res.app}' for the specialized configuration '{res.config}' ({len(res.options)} options "

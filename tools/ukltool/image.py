@@ -52,8 +52,10 @@ def _shared_libraries(binary: Path) -> list[Path]:
     return libs
 
 
-def add_userspace(spec: initramfs.Spec) -> None:
-    """Debian's busybox-static with every applet linked, for shells and tools."""
+def add_userspace(spec: initramfs.Spec, perf: bool = False) -> None:
+    """Debian's busybox-static with every applet linked, for shells and
+    tools; with PERF, Debian's perf too (with its shared libraries, about
+    33 MB: only images that ask for it)."""
     if not BUSYBOX.is_file():
         raise UklError(f"{BUSYBOX} is missing", "install busybox-static (`make demo` does)")
     for d in ("/usr", "/usr/bin", "/sbin", "/usr/sbin"):
@@ -63,6 +65,8 @@ def add_userspace(spec: initramfs.Spec) -> None:
         path = "/" + applet.lstrip("/")
         if path != "/bin/busybox" and re.fullmatch(r"/[\w/.\[\]+-]+", path):
             spec.slink(path, "/bin/busybox")
+    if not perf:
+        return
     # perf, with the shared libraries it needs (an ordinary dynamic program)
     if not PERF.is_file():
         raise UklError(f"{PERF} is missing", "install linux-perf (`make demo` does)")
@@ -115,6 +119,7 @@ class BuildSpec:
     args: list[str] = field(default_factory=list)        # recorded for `ukl run`
     forwards: list[tuple[int, int]] = field(default_factory=list)
     recipe: str | None = None
+    perf: bool = False          # perf in the userspace (implies userspace)
 
     @property
     def project_dir(self) -> Path | None:
@@ -199,16 +204,17 @@ def add_files(spec: initramfs.Spec, files: list[tuple[Path, str]], overlays: lis
 
 def assemble(out: Path, kimg: kernel.KernelImage, config: str, name: str, starter: Path, ukl: bool,
              userspace: bool = False, files: list[tuple[Path, str]] | None = None,
-             overlays: list[Path] | None = None) -> Manifest:
+             overlays: list[Path] | None = None, perf: bool = False) -> Manifest:
     """Write a bootable result to OUT (a fresh directory): the kernel, an
     initramfs with our init, /etc, the application at /ukl/NAME (ukl) or
-    /bin/NAME, the userspace and the user's files, and the manifest."""
+    /bin/NAME, the userspace (with perf if PERF) and the user's files, and
+    the manifest."""
     src, _ = sources.linux_tree()
     spec = initramfs.runtime_skeleton()
     spec.file("/init", app.init_binary())
     add_etc(spec)
-    if userspace:
-        add_userspace(spec)
+    if userspace or perf:
+        add_userspace(spec, perf)
     exec_path = f"/ukl/{name}" if ukl else f"/bin/{name}"
     spec.parents(exec_path)
     spec.file(exec_path, starter)
@@ -220,7 +226,7 @@ def assemble(out: Path, kimg: kernel.KernelImage, config: str, name: str, starte
         initramfs.write(spec, out / "initramfs.cpio")
     shutil.copy(kimg.bzimage, out / "bzImage")
     man = Manifest(config=config, app=name, kernel_release=kimg.release, kernel_key=kimg.key,
-                   linux_version=src.version, vmlinux=_relative_to_cache(kimg.vmlinux), userspace=userspace)
+                   linux_version=src.version, vmlinux=_relative_to_cache(kimg.vmlinux), userspace=userspace or perf)
     (out / MANIFEST).write_text(json.dumps(asdict(man), indent=2) + "\n")
     return man
 
@@ -261,7 +267,7 @@ def build(spec: BuildSpec) -> Manifest:
                 kimg = kernel.build(spec.config)
                 shutil.copy(prog.executable, starter)
             man = assemble(tmp, kimg, spec.config, prog.name, starter, ukl, spec.userspace, spec.files,
-                           spec.overlays)
+                           spec.overlays, spec.perf)
             man.args, man.forwards, man.recipe = spec.args, [list(f) for f in spec.forwards], spec.recipe
             (tmp / MANIFEST).write_text(json.dumps(asdict(man), indent=2) + "\n")
             if prog.log is not None:

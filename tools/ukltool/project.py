@@ -6,7 +6,14 @@ The user's tree is never written to: it is mirrored into a build
 directory in the cache, one per source directory and target, which is
 kept, so that a second build after a small change only remakes what
 changed. Every program ukl-cc links there is recorded; the application is
-the one named by --name, or the only one."""
+the one named by --name, or the only one.
+
+Build systems record the compiler's path (config.status, CMakeCache.txt,
+nginx's objs/Makefile), so the build directory names ukl-cc by a path in
+the cache that runs the checkout's own (DRIVERS): two checkouts share one
+build instead of reconfiguring each other's. What the compiler makes is
+part of the configure stamp (compiler_key()): a change of the driver, of
+its flags or of the C library starts the build over from a clean tree."""
 
 from __future__ import annotations
 
@@ -15,16 +22,20 @@ import json
 import os
 import re
 import shlex
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ukltool import lock, ui
+from ukltool import libc, lock, ui
 from ukltool.errors import UklError
 from ukltool.paths import REPO, cache_dir
 from ukltool.proc import need_tool, stream
 
 UKL_CC = REPO / "ukl-cc"
 UKL_CXX = REPO / "ukl-c++"
+# What decides the code ukl-cc and ukl-c++ produce (with the C library's build).
+COMPILER_FILES = [UKL_CC, UKL_CXX, *(REPO / "tools" / "ukltool" / f"{m}.py"
+                                    for m in ("cc", "gccargs", "flags", "app", "libc"))]
 SYSTEMS = ("auto", "autoconf", "configure", "cmake", "make")
 PROGRAM_NAME = re.compile(r"[A-Za-z0-9_.+-]+")
 
@@ -65,6 +76,41 @@ def build_dir_for(src: Path, target: str) -> Path:
     return cache_dir() / "projects" / f"{src.resolve().name}-{digest}" / target
 
 
+def drivers() -> tuple[Path, Path]:
+    """ukl-cc and ukl-c++ at paths in the cache that do not depend on the
+    checkout: each runs the driver of the checkout named by UKL_DRIVER_DIR
+    (set by build()), else of the checkout that wrote it last (a make run
+    by hand in the build directory)."""
+    d = cache_dir() / "projects" / "drivers"
+    d.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for real in (UKL_CC, UKL_CXX):
+        text = ("#!/bin/sh\n"
+                f"# Written by ukl (tools/ukltool/project.py): the checkout's {real.name}, at a path\n"
+                "# that build systems may record. UKL_DRIVER_DIR names the checkout.\n"
+                f'exec "${{UKL_DRIVER_DIR:-{shlex.quote(str(REPO))}}}/{real.name}" "$@"\n')
+        path = d / real.name
+        if not path.is_file() or path.read_text() != text:
+            tmp = path.with_name(f".{real.name}.{os.getpid()}")
+            tmp.write_text(text)
+            tmp.chmod(0o755)
+            tmp.replace(path)
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+def compiler_key(target: str) -> str:
+    """A key for what the compiler drivers produce for TARGET: their code,
+    and for ring 0 the C library they link."""
+    h = hashlib.sha256()
+    for f in COMPILER_FILES:
+        h.update(f.read_bytes() + b"\0")
+    if target != "linux":
+        lc = libc.build()
+        h.update((lc.objdir / ".ukl-built-key").read_bytes())
+    return h.hexdigest()[:16]
+
+
 def _mirror(src: Path, tree: Path) -> None:
     """Bring TREE to SRC's content, keeping build outputs and the
     modification times make compares."""
@@ -86,9 +132,8 @@ def _progress(st: ui.Step):
     return on_line
 
 
-def _commands(system: str, opts: Options, jobs: str) -> tuple[list[list[str]], list[str]]:
-    """(configure steps, the make command) for SYSTEM."""
-    cc, cxx = str(UKL_CC), str(UKL_CXX)
+def _commands(system: str, opts: Options, jobs: str, cc: str, cxx: str) -> tuple[list[list[str]], list[str]]:
+    """(configure steps, the make command) for SYSTEM with compilers CC and CXX."""
     make = ["make", f"-j{jobs}", f"CC={cc}", f"CXX={cxx}", *opts.make_args, *opts.make_targets]
     if system == "autoconf":
         return [["sh", "./configure", f"CC={cc}", f"CXX={cxx}", *opts.configure_args]], make
@@ -121,23 +166,26 @@ def build(src: Path, target: str, opts: Options) -> Result:
     programs = bdir / "programs"
     jobs = str(os.cpu_count() or 2)
     with lock.held(f"project-{bdir.parent.name}-{target}", f"{src.name} ({target})"):
+        cc, cxx = drivers()
+        configure, make = _commands(system, opts, jobs, str(cc), str(cxx))
+        stamp = bdir / "configured"
+        # the configure steps, arguments included, and what the compiler makes
+        want = json.dumps({"configure": configure, "compiler": compiler_key(target)})
+        fresh = not (stamp.is_file() and stamp.read_text() == want)
+        if fresh:
+            stamp.unlink(missing_ok=True)
+            shutil.rmtree(tree, ignore_errors=True)  # nothing made by another compiler or configuration
+            programs.unlink(missing_ok=True)
         _mirror(src, tree)
         work = tree / opts.subdir
-        configure, make = _commands(system, opts, jobs)
-        env = dict(os.environ, UKL_TARGET=target, UKL_CC_LOG=str(programs), CC=str(UKL_CC), CXX=str(UKL_CXX))
-        stamp = bdir / "configured"
-        want = json.dumps(configure)  # the configure steps, arguments included
+        env = dict(os.environ, UKL_TARGET=target, UKL_CC_LOG=str(programs), CC=str(cc), CXX=str(cxx),
+                   UKL_DRIVER_DIR=str(REPO))
         log.write_text("")
         with ui.step(f"building {src.name} with ukl-cc and ukl-c++ ({target}, {system}); log: {log}") as st:
-            if configure and not (stamp.is_file() and stamp.read_text() == want):
-                stamp.unlink(missing_ok=True)
-                if system == "cmake":
-                    # CMake drops its cache when the compiler changed (another
-                    # checkout's ukl-cc), and with it every -D option: start over
-                    (work / "ukl-cmake" / "CMakeCache.txt").unlink(missing_ok=True)
+            if fresh:
                 for cmd in configure:
                     _logged(cmd, work, env, log, st, f"configuring {src.name}")
-                stamp.write_text(want)
+                stamp.write_text(want)  # a failed make continues where it stopped
             _logged(make, work, env, log, st, f"building {src.name}")
     if opts.library:
         return Result(None, log)
