@@ -32,26 +32,26 @@ unit: setup
 # The application results in docs/: guest instructions per request (in-guest
 # load generator, -icount); memcached's latency against offered load on its
 # own, taken from that same run (results-apps.json); Redis's instructions
-# by function (--profile); the same under a
+# by function (--by-function); the same under a
 # distribution's mitigations with modelled cycles; and wall-clock time under
 # real host clients (a tap device in a private network namespace: needs
 # root), the servers under every profile.
 results-apps: setup
-	./ukl bench apps --configs linux,base,base+ret+byp,base+ret+byp+shortcut --icount \
+	./ukl bench app --configs linux,base,base+ret+byp,base+ret+byp+shortcut --icount \
 		--markdown docs/results-apps.md --json docs/results-apps.json --plot docs/results-apps.png
-	./ukl bench redis --configs linux,base,base+ret+byp,base+ret+byp+shortcut --icount --profile \
+	./ukl bench app redis --configs linux,base,base+ret+byp,base+ret+byp+shortcut --icount --by-function \
 		--markdown docs/results-apps-profile.md --json docs/results-apps-profile.json
-	./ukl bench apps --only memcached --from-json docs/results-apps.json \
+	./ukl bench app memcached --from-json docs/results-apps.json \
 		--markdown docs/results-apps-load.md --json docs/results-apps-load.json --plot docs/results-apps-load.png
-	./ukl bench apps --configs linux-mitigated,base-mitigated,base-mitigated+ret+byp,base-mitigated+ret+byp+shortcut \
+	./ukl bench app --configs linux-mitigated,base-mitigated,base-mitigated+ret+byp,base-mitigated+ret+byp+shortcut \
 		--icount --model cycles --markdown docs/results-apps-mitigated.md --json docs/results-apps-mitigated.json \
 		--plot docs/results-apps-mitigated.png
-	./ukl bench apps --clients host --configs linux,base --repeat 3 \
+	./ukl bench app --clients host --configs linux,base --repeat 3 \
 		--markdown docs/results-apps-wall.md --json docs/results-apps-wall.json --plot docs/results-apps-wall.png
-	./ukl bench apps --clients host --only redis,redis-explicit \
+	./ukl bench app redis redis-explicit --clients host \
 		--configs linux,base,base+ret+byp,base+ret+byp+shortcut --repeat 3 --markdown docs/results-apps-wall-profiles.md \
 		--json docs/results-apps-wall-profiles.json --plot docs/results-apps-wall-profiles.png
-	./ukl bench apps --clients host --only memcached,nginx \
+	./ukl bench app memcached nginx --clients host \
 		--configs linux,base,base+ret+byp,base+ret+byp+shortcut --repeat 3 \
 		--markdown docs/results-apps-wall-profiles-servers.md --json docs/results-apps-wall-profiles-servers.json \
 		--plot docs/results-apps-wall-profiles-servers.png

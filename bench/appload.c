@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * appload: a small load generator run inside the guest, beside a server,
- * for deterministic per-request costs (`ukl bench redis|memcached|nginx`).
+ * for deterministic per-request costs (`ukl bench app redis|memcached|nginx`).
  *
  *   appload PROTO PORT OP COMM REQUESTS CONNS PIPELINE
  *   appload rate PROTO [ADDR:]PORT OP COMM|- REQUESTS CONNS RATE

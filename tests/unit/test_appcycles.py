@@ -118,7 +118,7 @@ def test_reports_compare_with_their_own_baseline_in_host_mode_too():
                                       "base-mitigated": [appbench.Point("run", 1, 1, 1, 10**9, 1)]},
                              baseline="linux-mitigated")
     md = hostbench.markdown([wall], [run], None, None, "redis,sqlite3")
-    assert "--only redis,sqlite3 --configs linux-mitigated,base-mitigated" in md
+    assert "bench app redis sqlite3 --clients host --configs linux-mitigated,base-mitigated" in md
     assert "| GET | 1,000 | 1,100 | 1.10 | 1.00 / 2.00 | 0.90 / 1.80 |" in md
     assert "base-mitigated / linux-mitigated" in md and "| run | 2.00 | 1.00 | 0.50 |" in md
     # runs to completion alone: the header names their configurations

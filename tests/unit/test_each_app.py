@@ -1,4 +1,4 @@
-"""`ukl bench apps` saves after each application, so a later failure keeps
+"""`ukl bench app` saves after each application, so a later failure keeps
 the finished ones' results (no VM)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Where the instructions go (no VM): --profile's points, the plugin's
+"""Where the instructions go (no VM): --by-function's points, the plugin's
 profile entries, symbol lookup (on an ELF file the host compiler builds),
 the per-function sums and their tables, and the profiles in `ukl bench
 syscalls` reports."""
@@ -145,7 +145,7 @@ def test_reports_keep_their_profiles_and_older_files_load(tmp_path):
 
 
 def test_profile_needs_icount():
-    with pytest.raises(UklError, match="--profile needs --icount"):
+    with pytest.raises(UklError, match="--by-function needs --icount"):
         bench.run(["linux"], icount=False, quick=True, timeout=10, profile=[("getppid", 0)])
 
 

@@ -413,13 +413,9 @@ def test_the_explicit_redis_recipe_is_redis_with_three_changed_lines():
     assert any("ukl_tcp_read(conn->fd" in c for c in changed) and any("ukl_tcp_write(conn->fd" in c for c in changed)
 
 
-def test_bench_apps_only_chooses_among_the_benchmarks():
-    ns = argparse.Namespace
+def test_bench_app_names_choose_among_the_benchmarks():
     every = ["memcached", "redis", "redis-explicit"]
-    assert cli._bench_apps(ns(app="apps", only=None), every) == every
-    assert cli._bench_apps(ns(app="apps", only="redis-explicit, redis,redis"), every) == ["redis-explicit", "redis"]
-    assert cli._bench_apps(ns(app="nginx", only=None), every) == ["nginx"]
+    assert cli._bench_apps([], every) == every
+    assert cli._bench_apps(["redis-explicit", "redis", "redis"], every) == ["redis-explicit", "redis"]
     with pytest.raises(UklError, match="nope: not among these benchmarks"):
-        cli._bench_apps(ns(app="apps", only="redis,nope"), every)
-    with pytest.raises(UklError, match="names no application"):
-        cli._bench_apps(ns(app="apps", only=" , "), every)
+        cli._bench_apps(["redis", "nope"], every)

@@ -58,15 +58,15 @@ def test_a_library_recipe_is_built_only_as_a_dependency(outdir):
 
 
 def test_application_benchmark_counts_instructions_per_request(outdir):
-    """`ukl bench redis --icount --model cycles`: the server's guest
+    """`ukl bench app redis --icount --model cycles`: the server's guest
     instructions per request, from the in-guest load generator, for both
     configurations (CI-sized); and the costly instructions the whole guest
     executes per request, which our QEMU plugin counts in the region
     bench/appload.c marks around each load."""
     import json
     out = outdir / "bench-redis.json"
-    res = ukl("bench", "redis", "--configs", "linux,base", "--icount", "--model", "cycles", "--requests", "300",
-              "--profile", "--json", out, "--markdown", outdir / "bench-redis.md")
+    res = ukl("bench", "app", "redis", "--configs", "linux,base", "--icount", "--model", "cycles", "--requests", "300",
+              "--by-function", "--json", out, "--markdown", outdir / "bench-redis.md")
     assert res.returncode == 0, res.stdout[-3000:]
     (report,) = json.loads(out.read_text())
     assert report["configs"] == ["linux", "base"] and report["icount"]
@@ -93,10 +93,10 @@ def test_application_benchmark_counts_instructions_per_request(outdir):
         assert syscalls["linux"][label] - syscalls["base"][label] >= 2.5, syscalls
     md = (outdir / "bench-redis.md").read_text()
     assert "modelled cycles (instructions)" in md and "| syscall | 50 |" in md
-    # --profile: each load's instructions per request, by function. Both
+    # --by-function: each load's instructions per request, by function. Both
     # kernels run the same TCP code; under base the server's own functions
     # are named (ukl_ prefix), under linux they are user space's.
-    assert "--profile" in md.splitlines()[2] and "#### GET c=1 P=1" in md
+    assert "--by-function" in md.splitlines()[2] and "#### GET c=1 P=1" in md
     for config, loads in model["results"].items():
         profiles = {p["op"]: p for p in report["profiles"][config]}
         for lc in loads:
@@ -130,7 +130,7 @@ def test_redis_own_tests_pass_against_the_ukl_server(outdir):
     """Redis's own suite in external-server mode, from the host, against
     redis-server in ring 0 and as an ordinary process (one unit here; the
     recipe's units run with `ukl apptest redis`)."""
-    got = apptest_outcomes(outdir, "redis", "--unit", "unit/type/incr")
+    got = apptest_outcomes(outdir, "redis", "--units", "unit/type/incr")
     for config in APPTEST_CONFIGS:
         assert got[config]["finished"] and got[config]["counts"]["err"] == 0, got[config]
         assert got[config]["counts"]["ok"] >= 20, got[config]
@@ -143,7 +143,7 @@ def test_redis_calling_the_tcp_shortcuts_explicitly_passes_its_tests(outdir):
     from the patched source, passes the same unit under `base+ret+byp`."""
     import json
     out = outdir / "apptest-redis-explicit.json"
-    res = ukl("apptest", "redis-explicit", "--configs", "base+ret+byp", "--unit", "unit/type/incr", "--json", out)
+    res = ukl("apptest", "redis-explicit", "--configs", "base+ret+byp", "--units", "unit/type/incr", "--json", out)
     assert res.returncode == 0, res.stdout[-3000:]
     (got,) = json.loads(out.read_text())
     assert got["finished"] and got["counts"]["err"] == 0 and got["counts"]["ok"] >= 20, got
@@ -170,13 +170,13 @@ def test_nginx_http_checks_pass_against_the_ukl_server(outdir):
 
 
 def test_memcached_latency_rises_with_offered_load(outdir):
-    """`ukl bench memcached --icount`: the recipe's open-loop loads (Poisson
+    """`ukl bench app memcached --icount`: the recipe's open-loop loads (Poisson
     arrivals at each offered rate, bench/appload.c `rate`) give p50 and p99
     latency in guest instructions under linux and under every option."""
     import json
     rates = recipes.load("memcached").bench.latency.rates
     out = outdir / "bench-memcached.json"
-    res = ukl("bench", "memcached", "--configs", f"linux,{PROFILE}", "--icount", "--requests", "300",
+    res = ukl("bench", "app", "memcached", "--configs", f"linux,{PROFILE}", "--icount", "--requests", "300",
               "--json", out, "--markdown", outdir / "bench-memcached.md", "--plot", outdir / "bench-memcached.png")
     assert res.returncode == 0, res.stdout[-3000:]
     (report,) = json.loads(out.read_text())

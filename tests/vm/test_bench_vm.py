@@ -20,7 +20,7 @@ def test_quick_icount_runs_repeat(tmp_path):
         args = ["bench", "syscalls", "--configs", "linux,base,base+byp,base+ret", "--icount", "--quick", "--json", out]
         if i == 0:
             args += ["--plot", tmp_path / "plot.png", "--markdown", tmp_path / "results.md", "--model", "cycles",
-                     "--profile", "getppid,read:1"]
+                     "--by-function", "getppid,read:1"]
         res = ukl(*args)
         assert res.returncode == 0, res.stdout
         assert "getppid" in res.stdout
@@ -51,7 +51,7 @@ def test_quick_icount_runs_repeat(tmp_path):
     assert per_op("linux", "getppid", 0, "syscall") == per_op("linux", "getppid", 0, "sysret") == 1.0
     assert per_op("base", "getppid", 0, "syscall") == per_op("base", "getppid", 0, "sysret") == 0.0
 
-    # --profile: where getppid's and read's instructions go, by function
+    # --by-function: where getppid's and read's instructions go, by function
     assert "## Where the instructions go" in md and "### read 1 B" in md
     prof = {c: {(p["op"], p["size"]): p for p in ps} for c, ps in runs[0]["profiles"].items()}
     for point in (("getppid", 0), ("read", 1)):

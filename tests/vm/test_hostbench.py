@@ -1,5 +1,5 @@
 """Real clients on the host against a server in the guest (issue 12):
-`ukl bench NAME --clients host` puts the guest's eth0 on a tap device in a
+`ukl bench app NAME --clients host` puts the guest's eth0 on a tap device in a
 private network namespace and runs Debian's load generators there, in
 wall-clock time. Needs root and /dev/net/tun (CI has both); elsewhere
 these tests say why they cannot run."""
@@ -29,7 +29,7 @@ def test_redis_benchmark_from_the_host(outdir):
     latencies, and the namespace is gone afterwards."""
     before = namespaces()
     out = outdir / "hostbench-redis.json"
-    res = ukl("bench", "redis", "--clients", "host", "--configs", "linux,base", "--json", out)
+    res = ukl("bench", "app", "redis", "--clients", "host", "--configs", "linux,base", "--json", out)
     assert res.returncode == 0, res.stdout[-3000:]
     [rep] = json.loads(out.read_text())
     assert rep["configs"] == ["linux", "base"]
@@ -45,7 +45,7 @@ def test_redis_benchmark_from_the_host(outdir):
 
 
 def test_host_clients_refuse_icount(outdir):
-    res = ukl("bench", "redis", "--clients", "host", "--icount")
+    res = ukl("bench", "app", "redis", "--clients", "host", "--icount")
     assert res.returncode == 2 and "--icount does not apply to --clients host" in res.stdout, res.stdout
     assert "Traceback" not in res.stdout
 

@@ -76,7 +76,7 @@ def test_redis_specialized_serves_and_passes_its_smoke_test(outdir):
     for opt in ("CONFIG_NET", "CONFIG_INET", "CONFIG_EPOLL", "CONFIG_VIRTIO_NET"):
         assert opt in report["options"], opt
     js = outdir / "apptest-redis-special.json"
-    res = ukl("apptest", "redis", "--configs", report["config"], "--unit", "unit/type/incr", "--json", js)
+    res = ukl("apptest", "redis", "--configs", report["config"], "--units", "unit/type/incr", "--json", js)
     assert res.returncode == 0, res.stdout[-3000:]
     (got,) = json.loads(js.read_text())
     assert got["finished"] and got["counts"]["err"] == 0 and got["counts"]["ok"] >= 20, got

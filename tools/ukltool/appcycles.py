@@ -1,4 +1,4 @@
-"""Modelled cycles of application loads: `ukl bench redis|memcached|nginx|
+"""Modelled cycles of application loads: `ukl bench app redis|memcached|nginx|
 ... --icount --model cycles`.
 
 bench/appload.c marks each load (or run) as one region for our QEMU

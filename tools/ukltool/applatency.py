@@ -1,4 +1,4 @@
-"""Latency against offered load: the open-loop loads of `ukl bench NAME`
+"""Latency against offered load: the open-loop loads of `ukl bench app NAME`
 (bench/appload.c `rate`, a recipe's [bench.latency]).
 
 Requests arrive as a Poisson process at each offered rate, whether or not

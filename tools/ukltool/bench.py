@@ -48,7 +48,7 @@ class Report:
     kernels: dict[str, str] = field(default_factory=dict)
     results: dict[str, list[Point]] = field(default_factory=dict)
     model: cyclemodel.Model | None = None  # --model cycles: classed instructions per point
-    # --profile: the points profiled, and per configuration their instructions by function
+    # --by-function: the points profiled, and per configuration their instructions by function
     profiled: list[tuple[str, int]] = field(default_factory=list)
     profiles: dict[str, list[insnprofile.OpProfile]] = field(default_factory=dict)
 
@@ -109,7 +109,7 @@ def cpu_mismatch(configs: list[str]) -> str | None:
 
 
 def profile_points(spec: str) -> list[tuple[str, int]]:
-    """--profile's points (OP or OP:BYTES), checked against lebench's."""
+    """--by-function's points (OP or OP:BYTES), checked against lebench's."""
     ops = list(dict.fromkeys([op for op, _ in SMALL_OPS] + SIZED_OPS))
     return insnprofile.parse_points(spec, ops)
 
@@ -156,7 +156,7 @@ def run(configs: list[str], icount: bool, quick: bool, timeout: float, model_cpu
         report.model = cyclemodel.new_model(cyclemodel.load_table(model_cpu))
     if profile:
         if not icount:
-            raise UklError("--profile needs --icount", "the profile counts guest instructions")
+            raise UklError("--by-function needs --icount", "the profile counts guest instructions")
         report.profiled = profile
     so = plugin.build() if report.model or profile else None
     for config in configs:
@@ -223,7 +223,7 @@ def table(report: Report) -> Table:
 
 
 def profile_tables(report: Report) -> list[Table]:
-    """--profile: per point, guest instructions per iteration by function."""
+    """--by-function: per point, guest instructions per iteration by function."""
     return [insnprofile.table(report.profiles, report.configs, (op, size),
                               f"{op}{f' {size} B' if size else ''}: guest instructions per iteration, by function")
             for op, size in report.profiled]
@@ -276,7 +276,7 @@ def markdown(report: Report, plot: Path | None) -> str:
         spec = ",".join(f"{op}:{size}" if size else op for op, size in report.profiled)
         out += [insnprofile.markdown(report.profiled, report.profiles, report.configs,
                                      f"./ukl bench syscalls --configs {','.join(report.configs)} --icount "
-                                     f"--profile {spec}"), ""]
+                                     f"--by-function {spec}"), ""]
     return "\n".join(out)
 
 

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -115,7 +116,7 @@ def _count(text: str) -> int:
     return v
 
 
-def _model_arguments(p: argparse.ArgumentParser, counted: str) -> None:
+def _model_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup, counted: str) -> None:
     """--model cycles and --cpu NAME, for the benchmarks that can model cycles."""
     p.add_argument("--model", choices=["cycles"],
                    help=f"also model cycles (with --icount): {counted} plus the extra cycles of the costly "
@@ -165,95 +166,242 @@ def cmd_configs(a: argparse.Namespace) -> None:
     con.print(t)
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ukl", description=__doc__,
-                                epilog="Run `ukl COMMAND --help` for each command.")
-    p.add_argument("--version", action="version", version=version())
-    sub = p.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
+# ---------------------------------------------------------------- the grammar
+#
+# Every command has a short line (the listing in `ukl --help`), a long text
+# and examples (its own --help). Options that mean the same thing in several
+# commands are added by one helper each, with one help text: the report
+# options (--json, --markdown, --plot, --from-json), --timeout (seconds each
+# boot may take), --icount and --configs. Lists are comma-separated.
 
-    b = sub.add_parser("build", help="build an application and a kernel into a bootable directory",
-                       description="Compile SOURCE files into an application, build the kernel for "
-                       "--config, and write a bootable result (bzImage, initramfs, manifest) to OUTDIR. "
-                       "--config linux builds an ordinary static binary on stock Linux (the baseline).")
-    b.add_argument("sources", nargs="+", type=Path, metavar="SOURCE",
+GROUPS = (("build and run", ("build", "run", "pkg", "configs")),
+          ("measure and test", ("bench", "apptest", "conformance")),
+          ("develop", ("kernel", "libc", "sources")))
+
+HELP_JSON = "write the results to FILE as JSON (--from-json reads them back)"
+HELP_MARKDOWN = "write the report to FILE.md as Markdown"
+HELP_PLOT = "draw the report's figures into FILE.png"
+HELP_FROM_JSON = ("do not run: report the results that --json saved in FILE (repeatable where the results add up: "
+                  "the files' results in turn)")
+HELP_TIMEOUT = "seconds each boot may take before it is stopped (default %(default).0f)"
+HELP_ICOUNT = ("deterministic time: QEMU's -icount shift=0,sleep=off (1 guest ns = 1 instruction; benchmarks count "
+               "guest instructions), no address-space randomization, seeded randomness and a fixed date, so that "
+               "runs repeat")
+HELP_CONFIGS = "comma-separated configurations or profiles (CONFIG+OPTION+...; default %(default)s)"
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions are wrapped by _wrap; examples keep their lines."""
+
+
+def _wrap(text: str) -> str:
+    return "\n\n".join(textwrap.fill(par, 79) for par in text.strip().split("\n\n"))
+
+
+def _command(sub: argparse._SubParsersAction, name: str, short: str, long: str = "",
+             examples: tuple[str, ...] = (), listed: bool = True, **kw: object) -> argparse.ArgumentParser:
+    """A command: SHORT in its parent's listing, SHORT and LONG as its
+    description, EXAMPLES (command lines) as its epilog."""
+    description = short[0].upper() + short[1:] + "." + (f"\n\n{long}" if long else "")
+    epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples) if examples else None
+    extra: dict[str, object] = {"help": short} if listed else {}
+    p = sub.add_parser(name, description=_wrap(description), epilog=epilog, formatter_class=_Formatter,
+                       **extra, **kw)  # type: ignore[arg-type]
+    p.set_defaults(_short=short)
+    return p
+
+
+def _report_options(p: argparse.ArgumentParser, *, plot: bool = False, from_json: bool = True) -> None:
+    """--json, --markdown, --plot and --from-json, the same in every report."""
+    g = p.add_argument_group("report")
+    g.add_argument("--json", type=Path, metavar="FILE", help=HELP_JSON)
+    g.add_argument("--markdown", type=Path, metavar="FILE.md", help=HELP_MARKDOWN)
+    if plot:
+        g.add_argument("--plot", type=Path, metavar="FILE.png", help=HELP_PLOT)
+    if from_json:
+        g.add_argument("--from-json", type=Path, action="append", default=[], metavar="FILE", help=HELP_FROM_JSON)
+
+
+def _timeout_option(p: argparse.ArgumentParser | argparse._ArgumentGroup, default: float) -> None:
+    p.add_argument("--timeout", type=_positive, default=default, metavar="S", help=HELP_TIMEOUT)
+
+
+def _icount_option(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    p.add_argument("--icount", action="store_true", help=HELP_ICOUNT)
+
+
+def _configs_option(p: argparse.ArgumentParser | argparse._ArgumentGroup, default: str = "linux,base") -> None:
+    p.add_argument("--configs", default=default, metavar="LIST", help=HELP_CONFIGS)
+
+
+def _list(text: str) -> list[str]:
+    """A comma-separated list: its words, each once, in order."""
+    return list(dict.fromkeys(w.strip() for w in text.split(",") if w.strip()))
+
+
+def _one_file(files: list[Path], command: str) -> Path:
+    if len(files) > 1:
+        raise UklError(f"--from-json given {len(files)} times: `{command}` reports one file",
+                       "give --from-json once")
+    return files[0]
+
+
+def deprecated(old: str, new: str) -> None:
+    """The one-line warning for an old spelling that still works."""
+    print(f"ukl: warning: {old} is deprecated and goes in the next release: use {new}", file=sys.stderr)
+
+
+class _Deprecated(argparse.Action):
+    """An old option spelling: it works, with a warning naming the new one.
+    CONVERT(namespace, value) gives what is stored in DEST."""
+
+    def __init__(self, option_strings: list[str], dest: str, use: str = "",
+                 convert: Callable[[argparse.Namespace, object], object] | None = None, **kw: object) -> None:
+        kw["help"] = argparse.SUPPRESS
+        self.use, self.convert = use, convert
+        super().__init__(option_strings, dest, **kw)  # type: ignore[arg-type]
+
+    def __call__(self, parser: argparse.ArgumentParser, ns: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        deprecated(str(option_string), self.use)
+        value = self.const if self.nargs == 0 else values
+        setattr(ns, self.dest, self.convert(ns, value) if self.convert else value)
+
+
+def _safe(names: Callable[[], list[str]]) -> str:
+    """Names for a help text; help works where no checkout is."""
+    try:
+        return ", ".join(names()) or "none"
+    except (UklError, OSError):
+        return "those of the checkout"
+
+
+BENCH_SUITES = ("syscalls", "remote", "boot", "app")
+
+
+def old_spellings(argv: list[str]) -> list[str]:
+    """Old command spellings, rewritten to the new ones with a warning:
+    `ukl bench apps` and `ukl bench NAME` are `ukl bench app [NAME]`."""
+    if len(argv) >= 2 and argv[0] == "bench" and not argv[1].startswith("-") and argv[1] not in BENCH_SUITES:
+        old = argv[1]
+        if old == "apps":
+            deprecated("`ukl bench apps`", "`ukl bench app` (every application) or `ukl bench app NAME...`")
+            return ["bench", "app", *argv[2:]]
+        if repo_problem() is None and old in recipes.names():
+            deprecated(f"`ukl bench {old}`", f"`ukl bench app {old}`")
+            return ["bench", "app", old, *argv[2:]]
+    return argv
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ukl", formatter_class=_Formatter, usage="ukl [-h] [--version] COMMAND ...")
+    p.add_argument("--version", action="version", version=version())
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND", required=True, help=argparse.SUPPRESS, prog="ukl")
+    _build_parser(sub)
+    _run_parser(sub)
+    _pkg_parser(sub)
+    c = _command(sub, "configs", "list the kernel configurations and the UKL options",
+                 "The kernel configurations (kernel/configs) and the UKL options (kernel/options.toml) that make "
+                 "profiles of them, such as base+ret+byp.", ("ukl configs",), listed=False)
+    c.set_defaults(func=cmd_configs)
+    _bench_parser(sub)
+    _apptest_parser(sub)
+    _conformance_parser(sub)
+    _kernel_parser(sub)
+    _libc_parser(sub)
+    _command(sub, "sources", "install, verify and unpack the pinned Linux and glibc sources",
+             "Check the sources pinned in sources.lock against their hashes, unpack them into the cache and print "
+             "where each tree is.", ("ukl sources",), listed=False).set_defaults(func=cmd_sources)
+    shorts = {name: sp.get_default("_short") for name, sp in sub.choices.items()}
+    width = max(map(len, shorts))
+    p.description = "\n\n".join([
+        (__doc__ or "").strip(),
+        *(f"{title}:\n" + "\n".join(f"  {n:<{width}}  {shorts[n]}" for n in names) for title, names in GROUPS),
+        "Run `ukl COMMAND --help` for a command's options and examples."])
+    p.epilog = ("examples:\n  ukl build examples/hello/hello.c --config base -o out/hello\n"
+                "  ukl run out/hello -- x y\n  ukl bench syscalls --configs linux,base --icount\n  ukl configs")
+    return p
+
+
+def _build_parser(sub: argparse._SubParsersAction) -> None:
+    b = _command(sub, "build", "build an application and a kernel into a bootable directory",
+                 "INPUT is one of three kinds, and `ukl build` says which it took: C source files (one program); "
+                 "one project directory (CMakeLists.txt, a configure script or a Makefile, built with the UKL "
+                 "compilers); or the NAME of a recipe in apps/ (Debian's source package, pinned, built as the "
+                 "recipe says). An option that does not apply to the kind of input is refused. The result in "
+                 "OUTDIR is bootable with `ukl run` (bzImage, initramfs, manifest). --config linux builds an "
+                 "ordinary static binary on stock Linux (the baseline).",
+                 ("ukl build examples/hello/hello.c --config base -o out/hello",
+                  "ukl build path/to/project --config base --make-args 'NO_TLS=1' -o out/prog",
+                  "ukl build redis --config base --specialize -o out/redis",
+                  "ukl build examples/hello/hello.c --config base --perf -o out/hello-perf"), listed=False)
+    b.add_argument("sources", nargs="+", type=Path, metavar="INPUT",
                    help="C source files, a project directory, or the NAME of a recipe in apps/ "
-                   f"({', '.join(recipes.names()) or 'none yet'})")
+                   f"({_safe(recipes.names)})")
     b.add_argument("--config", default="linux", metavar="NAME",
-                   help=f"kernel configuration (one of: {', '.join(kernel.config_names())}; default linux)")
+                   help=f"kernel configuration (one of: {_safe(kernel.config_names)}; default linux)")
     b.add_argument("-o", "--output", type=Path, default=Path("out"), metavar="OUTDIR",
                    help="output directory (default: out)")
-    b.add_argument("--name", help="application name (default: the first source's stem)")
     b.add_argument("--userspace", action="store_true",
                    help="add a small Linux userspace (busybox: sh, ps, kill, top, ...) beside the application, "
-                   "which is then started as /ukl/NAME from `ukl run --sh` or --shell")
+                   "which is then started as /ukl/NAME from `ukl run --sh` or --shell (a recipe's image has it "
+                   "always)")
     b.add_argument("--perf", action="store_true",
                    help="add Debian's perf with its shared libraries (about 33 MB) to the userspace; "
                    "implies --userspace")
-    b.add_argument("--freestanding", action="store_true",
-                   help="no C library: the program brings its own _start and system call shim")
-    b.add_argument("--configure-args", type=_words, default=[], metavar="ARGS",
-                   help="arguments for the project's configure step (./configure, or cmake), shell-quoted")
-    b.add_argument("--make-args", type=_words, default=[], metavar="ARGS",
-                   help="variables and targets for make (e.g. 'MALLOC=jemalloc BUILD_TLS=no'), shell-quoted")
-    b.add_argument("--build-system", choices=project.SYSTEMS, default="auto",
-                   help="how to build a directory (default auto: CMakeLists.txt, an autoconf or other "
-                   "configure script, or a Makefile)")
     b.add_argument("--file", action="append", type=_file_spec, default=[], metavar="SRC:DEST",
                    help="add the host file SRC to the image as DEST (an absolute path; parents are created; "
                    "replaces what the image has there, e.g. /etc/passwd)")
     b.add_argument("--overlay", action="append", type=Path, default=[], metavar="DIR",
                    help="add the tree under DIR to the image at / (files, directories, symbolic links, "
                    "with their modes)")
-    b.add_argument("--cflags", type=_cflags, default=[], metavar="FLAGS",
-                   help="extra compiler flags for C files, the same for every configuration "
-                   "(for example --cflags=-fno-omit-frame-pointer for perf call chains)")
     b.add_argument("--specialize", action="store_true",
                    help="a kernel cut to this application: record its smoke test (a file or directory: its default "
                    "run) under strace on the general kernel, keep only the kernel options what it used needs "
                    "(kernel/specialize/), build for that configuration (special-HASH, shared by applications with "
                    "the same needs), re-run the smoke test on it, and say why each option is there in "
                    "OUTDIR/specialize.md")
+    g = b.add_argument_group("C files and project directories (not recipes)")
+    g.add_argument("--name", help="application name (default: the first file's stem, or the project's program)")
+    g = b.add_argument_group("C files only")
+    g.add_argument("--freestanding", action="store_true",
+                   help="no C library: the program brings its own _start and system call shim")
+    g.add_argument("--cflags", type=_cflags, default=[], metavar="FLAGS",
+                   help="extra compiler flags for C files, the same for every configuration "
+                   "(for example --cflags=-fno-omit-frame-pointer for perf call chains)")
+    g = b.add_argument_group("project directories and recipes (not C files)")
+    g.add_argument("--configure-args", type=_words, default=[], metavar="ARGS",
+                   help="arguments for the project's configure step (./configure, or cmake), shell-quoted")
+    g.add_argument("--make-args", type=_words, default=[], metavar="ARGS",
+                   help="variables and targets for make (e.g. 'MALLOC=jemalloc BUILD_TLS=no'), shell-quoted")
+    g = b.add_argument_group("project directories only")
+    g.add_argument("--build-system", choices=project.SYSTEMS, default="auto",
+                   help="how to build a directory (default auto: CMakeLists.txt, an autoconf or other "
+                   "configure script, or a Makefile)")
     b.set_defaults(func=cmd_build)
 
-    r = sub.add_parser("run", help="boot a build result in QEMU", epilog=EPILOG_RUN,
-                       description="Boot OUTDIR in QEMU, show the application's output and exit with its status.")
+
+def _run_parser(sub: argparse._SubParsersAction) -> None:
+    r = _command(sub, "run", "boot a build result in QEMU",
+                 "Boot OUTDIR in QEMU, show the application's output and exit with its status. The application's "
+                 "arguments follow `--`.\n\n" + EPILOG_RUN,
+                 ("ukl run out/hello -- x y",
+                  "ukl run out/redis --forward 6379:6379 --timeout 3600",
+                  "ukl run out/us --sh 'ps; $UKL_APP x y'",
+                  "ukl run out/hello --machine microvm --direct --pid1 -- x y"), listed=False)
     r.add_argument("outdir", type=Path, metavar="OUTDIR")
-    r.add_argument("--timeout", type=_positive, default=120.0, metavar="S", help="seconds (default 120)")
-    r.add_argument("--icount", action="store_true",
-                   help="deterministic time: -icount shift=0,sleep=off (1 guest ns = 1 instruction) and "
-                   "no address-space randomization, seeded randomness and a fixed date, so that runs repeat")
+    _timeout_option(r, 120.0)
+    _icount_option(r)
     r.add_argument("--append", action="append", default=[], metavar="ARGS", help="extra kernel command line")
     r.add_argument("--opts", metavar="OPTS",
                    help="UKL options for this boot, comma-separated, instead of those of the profile the image "
                    "was built for (for example --opts byp,byp-every=32; --opts '' for none): "
                    + _option_list() + " (`ukl configs` describes them)")
-    r.add_argument("--forward", action="append", type=_forward, default=[], metavar="HOST:GUEST",
-                   help="forward 127.0.0.1:HOST on the host to GUEST in the guest (TCP)")
-    r.add_argument("--tap", metavar="IFNAME",
-                   help="connect the guest's eth0 (10.0.2.15/24, gateway 10.0.2.2) to the existing tap device "
-                   "IFNAME instead of QEMU's user network; --forward does not apply")
     r.add_argument("--smp", type=int, default=None,
                    help="virtual CPUs (default 2; 1 with --icount, under which QEMU cannot start a second CPU)")
     r.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto",
                    help="KVM or TCG (default auto: $UKL_ACCEL, else KVM where a test boot with it works, "
                    "decided once per QEMU and host kernel)")
-    sh = r.add_mutually_exclusive_group()
-    sh.add_argument("--sh", metavar="COMMANDS",
-                    help="run this shell command line in the guest instead of the application and exit with its "
-                    "status (images built with --userspace; $UKL_APP names the application)")
-    sh.add_argument("--shell", action="store_true",
-                    help="an interactive shell on the serial console (images built with --userspace)")
-    r.add_argument("--remote", type=Path, metavar="DIR",
-                   help="remote system calls (runtime/ukl.h ukl_remote_*): a shadow process on the host, "
-                   "confined to DIR and running as its owner, executes the application's calls on remote "
-                   "files; its log is OUTDIR/shadow.log")
-    r.add_argument("--remote-idle-us", type=int, default=1000, metavar="US",
-                   help="the shadow polls this long after a request before it sleeps (default 1000; -1: "
-                   "always poll, for latency measurements)")
-    r.add_argument("--remote-notify", choices=["poll", "irq"], default="poll",
-                   help="how a thread waits for the host's answer until it calls ukl_remote_poll() or "
-                   "ukl_remote_irq(): spinning (default), or sleeping until the host's interrupt; "
-                   "the host then sleeps between requests too")
     r.add_argument("--machine", choices=vm.MACHINES, default="pc",
                    help="QEMU's machine: pc (default: firmware, ACPI, PCI) or microvm (no PCI: virtio-mmio "
                    "devices; no --remote)")
@@ -265,16 +413,44 @@ def parser() -> argparse.ArgumentParser:
                    "no network set up (UKL configurations; not --userspace images)")
     r.add_argument("--log", type=Path, help="console log file (default OUTDIR/console.log)")
     r.add_argument("-v", "--verbose", action="store_true", help="show the kernel's boot messages")
-    r.add_argument("args", nargs="*", metavar="ARGS",
-                   help="the application's arguments (put them after --)")
+    g = r.add_argument_group("network")
+    g.add_argument("--forward", action="append", type=_forward, default=[], metavar="HOST:GUEST",
+                   help="forward 127.0.0.1:HOST on the host to GUEST in the guest (TCP)")
+    g.add_argument("--tap", metavar="IFNAME",
+                   help="connect the guest's eth0 (10.0.2.15/24, gateway 10.0.2.2) to the existing tap device "
+                   "IFNAME instead of QEMU's user network; --forward does not apply")
+    g = r.add_argument_group("shell (images built with --userspace)")
+    sh = g.add_mutually_exclusive_group()
+    sh.add_argument("--sh", metavar="COMMANDS",
+                    help="run this shell command line in the guest instead of the application and exit with its "
+                    "status ($UKL_APP names the application)")
+    sh.add_argument("--shell", action="store_true", help="an interactive shell on the serial console")
+    g = r.add_argument_group("remote system calls")
+    g.add_argument("--remote", type=Path, metavar="DIR",
+                   help="remote system calls (runtime/ukl.h ukl_remote_*): a shadow process on the host, "
+                   "confined to DIR and running as its owner, executes the application's calls on remote "
+                   "files; its log is OUTDIR/shadow.log")
+    g.add_argument("--remote-idle-us", type=int, default=1000, metavar="US",
+                   help="the shadow polls this long after a request before it sleeps (default 1000; -1: "
+                   "always poll, for latency measurements)")
+    g.add_argument("--remote-notify", choices=["poll", "irq"], default="poll",
+                   help="how a thread waits for the host's answer until it calls ukl_remote_poll() or "
+                   "ukl_remote_irq(): spinning (default), or sleeping until the host's interrupt; "
+                   "the host then sleeps between requests too")
+    r.add_argument("args", nargs="*", metavar="ARGS", help="the application's arguments (put them after --)")
     r.set_defaults(func=cmd_run)
 
-    pk = sub.add_parser("pkg", help="package a build result for other runtimes: an OCI image for containerd/urunc",
-                        description="Package OUTDIR (a `ukl build` result) as an OCI image archive that containerd "
-                        "imports (`ctr image import FILE.tar`) and runs with the urunc runtime: one layer with the "
-                        "kernel, the initramfs and /urunc.json; the application's arguments, environment and ports "
-                        "in the image configuration. The same OUTDIR gives the same archive, byte for byte. "
-                        "docs/deploy.md shows the way to `ctr run` and Kubernetes.")
+
+def _pkg_parser(sub: argparse._SubParsersAction) -> None:
+    pk = _command(sub, "pkg", "package a build result: an OCI image for containerd/urunc, or Firecracker",
+                  "Package OUTDIR (a `ukl build` result) as an OCI image archive that containerd imports (`ctr "
+                  "image import FILE.tar`) and runs with the urunc runtime: one layer with the kernel, the "
+                  "initramfs and /urunc.json; the application's arguments, environment and ports in the image "
+                  "configuration. The same OUTDIR gives the same archive, byte for byte. docs/deploy.md shows the "
+                  "way to `ctr run` and Kubernetes.",
+                  ("ukl pkg out/hello --oci hello.tar",
+                   "ukl pkg out/redis --oci redis.tar --tag docker.io/library/redis:latest",
+                   "ukl pkg out/hello --firecracker out/hello-fc"), listed=False)
     pk.add_argument("outdir", type=Path, metavar="OUTDIR")
     pk.add_argument("--oci", type=Path, metavar="FILE.tar",
                     help="write an OCI image layout archive (a device or FIFO is written into, not replaced)")
@@ -290,146 +466,222 @@ def parser() -> argparse.ArgumentParser:
                     "uncompressed vmlinux; needs KVM)")
     pk.set_defaults(func=cmd_pkg)
 
-    k = sub.add_parser("kernel", help="the kernel tree and patch series",
-                       description="Work on the patched kernel tree in the cache.")
+
+def _kernel_parser(sub: argparse._SubParsersAction) -> None:
+    k = _command(sub, "kernel", "the kernel tree and patch series",
+                 "Work on the patched kernel tree in the cache (docs/dev/kernel.md).",
+                 ("ukl kernel tree", "ukl kernel build --config base", "ukl kernel export"), listed=False)
     ks = k.add_subparsers(dest="kcmd", metavar="ACTION", required=True)
-    _tree_actions(ks, kernel.SERIES, lambda: sources.linux_tree()[1], kernel.TREE_LOCK)
-    kb = ks.add_parser("build", help="build a kernel configuration")
-    kb.add_argument("--config", default="linux", metavar="NAME")
+    _tree_actions(ks, kernel.SERIES, lambda: sources.linux_tree()[1], kernel.TREE_LOCK, "kernel")
+    kb = _command(ks, "build", "build a kernel configuration and print its bzImage",
+                  examples=("ukl kernel build --config base",))
+    kb.add_argument("--config", default="linux", metavar="NAME", help="kernel configuration (default linux)")
     kb.set_defaults(func=lambda a: print(kernel.build(a.config).bzimage))
-    ks.add_parser("checkpatch", help="run scripts/checkpatch.pl --strict on every patch").set_defaults(
-        func=lambda a: kernel.checkpatch())
-    kp = ks.add_parser("build-prefixes", help="build vmlinux after every patch of the series (bisectability)",
-                       description="Commit kernel/patches onto the pristine tree and build vmlinux at every "
-                       "prefix of the series, in a work tree and build directory of their own. Long: one "
-                       "kernel build per patch, mostly incremental.")
+    _command(ks, "checkpatch", "run scripts/checkpatch.pl --strict on every patch",
+             examples=("ukl kernel checkpatch",)).set_defaults(func=lambda a: kernel.checkpatch())
+    kp = _command(ks, "build-prefixes", "build vmlinux after every patch of the series (bisectability)",
+                  "Commit kernel/patches onto the pristine tree and build vmlinux at every prefix of the series, "
+                  "in a work tree and build directory of their own. Long: one kernel build per patch, mostly "
+                  "incremental.", ("ukl kernel build-prefixes --config base --from 30",))
     kp.add_argument("--config", default="base", metavar="NAME", help="kernel configuration (default base)")
     kp.add_argument("--from", dest="first", type=_count, default=1, metavar="N",
                     help="start with the prefix of N patches (default 1)")
     kp.set_defaults(func=lambda a: prefixes.build_prefixes(a.config, a.first))
 
-    lb = sub.add_parser("libc", help="the glibc port: its tree, patches and glibc's own tests",
-                        description="Work on the glibc port (libc/) and run glibc's tests in ring 0.")
+
+def _libc_parser(sub: argparse._SubParsersAction) -> None:
+    lb = _command(sub, "libc", "the glibc port: its tree, patches and glibc's own tests",
+                  "Work on the glibc port (libc/) and run glibc's tests in ring 0 (docs/design/glibc-port.md).",
+                  ("ukl libc build", "ukl libc tests --tests tst-atexit,tst-cleanup0"), listed=False)
     ls_ = lb.add_subparsers(dest="lcmd", metavar="ACTION", required=True)
-    ls_.add_parser("build", help="build glibc for UKL (incremental) and print its build directory").set_defaults(
-        func=lambda a: print(libc.build().objdir))
-    _tree_actions(ls_, libc.SERIES, lambda: sources.glibc_tree()[1], libc.TREE_LOCK)
-    lt = ls_.add_parser("tests", help="run a selection of glibc's own tests linked into the kernel",
-                        description="Build glibc's tests (listed in tools/ukltool/glibctests.py) into one UKL "
-                        "image, run each in its own boot under --config base, and report pass/fail per test.")
-    lt.add_argument("--only", nargs="+", metavar="TEST", help="run only these tests")
-    lt.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
-    lt.add_argument("--markdown", type=Path, metavar="FILE.md", help="write the results table as Markdown")
+    _command(ls_, "build", "build glibc for UKL (incremental) and print its build directory",
+             examples=("ukl libc build",)).set_defaults(func=lambda a: print(libc.build().objdir))
+    _tree_actions(ls_, libc.SERIES, lambda: sources.glibc_tree()[1], libc.TREE_LOCK, "libc")
+    lt = _command(ls_, "tests", "run a selection of glibc's own tests linked into the kernel",
+                  "Build glibc's tests (listed in tools/ukltool/glibctests.py) into one UKL image, run each in its "
+                  "own boot under --config base, and report pass/fail per test.",
+                  ("ukl libc tests", "ukl libc tests --tests tst-atexit --logs out/gt",
+                   "ukl libc tests --markdown docs/glibc-tests.md"))
+    lt.add_argument("--tests", type=_list, default=None, metavar="LIST",
+                    help="comma-separated: run only these tests")
+    lt.add_argument("--only", nargs="+", dest="tests", action=_Deprecated, use="--tests A,B",
+                    convert=lambda ns, v: _list(",".join(v)))
     lt.add_argument("--logs", type=Path, default=Path("out/glibc-tests"), metavar="DIR",
                     help="where each test's console log goes (default out/glibc-tests)")
-    lt.add_argument("--timeout", type=_positive, default=300.0, metavar="S", help="per test (default 300)")
+    _timeout_option(lt, 300.0)
+    _report_options(lt, from_json=False)
     lt.set_defaults(func=cmd_libc_tests)
 
-    bn = sub.add_parser("bench", help="benchmarks comparing configurations")
-    bs = bn.add_subparsers(dest="bcmd", metavar="SUITE", required=True)
-    sc = bs.add_parser("syscalls", help="LEBench-style system call and page fault latencies",
-                       description="Build bench/lebench.c for each configuration, boot each, and compare "
-                       "the medians against the first configuration without UKL (default linux).")
-    sc.add_argument("--configs", default="linux,base", help="comma-separated (default linux,base)")
-    sc.add_argument("--icount", action="store_true",
-                    help="deterministic: the unit is guest instructions (-icount shift=0,sleep=off)")
-    sc.add_argument("--quick", action="store_true", help="1,000 iterations and 3 sizes (for tests)")
-    _model_arguments(sc, "the instructions")
-    sc.add_argument("--profile", metavar="OP[:BYTES],...",
-                    help="with --icount: also show where these points' instructions go, by kernel function "
-                    "(e.g. getppid,read:1), counted by our QEMU plugin")
-    sc.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
-    sc.add_argument("--plot", type=Path, metavar="FILE.png", help="draw latency plots")
-    sc.add_argument("--markdown", type=Path, metavar="FILE.md", help="write the report as Markdown")
-    sc.add_argument("--timeout", type=_positive, default=1800.0, metavar="S", help="per boot (default 1800)")
-    sc.add_argument("--from-json", type=Path, metavar="FILE",
-                    help="do not run: report the results saved in FILE (by --json)")
-    sc.set_defaults(func=cmd_bench)
 
-    rb = bs.add_parser("remote", help="remote system calls: null calls, file I/O and OS jitter",
-                       description="Run bench/remote.c on the host, in a linux guest and in a base guest "
-                       "booted with --remote: a null remote call polling and asleep against getppid, "
-                       "pread/pwrite of 1 B to 64 KiB on a host file against guest tmpfs, and OS jitter "
-                       "(docs/results-remote.md).")
-    rb.add_argument("--quick", action="store_true", help="few batches and short jitter runs (for tests)")
-    rb.add_argument("--repeat", type=_count, metavar="N",
-                    help="boot each guest N times, interleaved; report the median run (default 3; 1 with --quick)")
-    rb.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
-    rb.add_argument("--plot", type=Path, metavar="FILE.png", help="draw file I/O latency against size")
-    rb.add_argument("--markdown", type=Path, metavar="FILE.md", help="write the report as Markdown")
-    rb.add_argument("--timeout", type=_positive, default=1800.0, metavar="S", help="per boot (default 1800)")
-    rb.add_argument("--from-json", type=Path, metavar="FILE",
-                    help="do not run: report the results saved in FILE (by --json)")
-    rb.set_defaults(func=cmd_bench_remote)
-    _bench_boot_parser(bs)
-
-    for name in [*appbench.names(), "apps"]:
-        what = "every application with a [bench] recipe section" if name == "apps" else f"the {name} recipe"
-        ap = bs.add_parser(name, help=f"application benchmark: {what}",
-                           description=f"Build and boot {what} under each configuration and load it from "
-                           "inside the guest (bench/appload.c): the application's CPU time per request; or, "
-                           "with --clients host, with real load generators on the host over a tap device "
-                           "(the recipe's [netbench]): throughput and latency in wall-clock time.")
-        ap.add_argument("--configs", default="linux,base", help="comma-separated (default linux,base)")
-        ap.add_argument("--icount", action="store_true",
-                        help="deterministic: the unit is guest instructions (-icount shift=0,sleep=off)")
-        ap.add_argument("--clients", choices=("guest", "host"), default="guest",
-                        help="guest: bench/appload.c beside the server (default); host: redis-benchmark, "
-                        "memcaslap, ab and wrk on the host, in a private network namespace with a tap device "
-                        "(needs root), in wall-clock time")
-        ap.add_argument("--requests", type=_count, metavar="N", help="requests per load (default: the recipe's)")
-        ap.add_argument("--repeat", type=_count, default=1, metavar="N",
-                        help="boot each configuration N times, interleaved; report medians (default 1)")
-        ap.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
-        ap.add_argument("--markdown", type=Path, metavar="FILE.md", help="write the report as Markdown")
-        ap.add_argument("--plot", type=Path, metavar="FILE.png",
-                        help="draw each load relative to the baseline (the first configuration without UKL)")
-        _model_arguments(ap, "the guest's instructions during each load")
-        ap.add_argument("--profile", action="store_true",
-                        help="with --icount: also show where each load's instructions go, by kernel function "
-                        "(and the application's, under UKL profiles), counted by our QEMU plugin")
-        ap.add_argument("--from-json", type=Path, metavar="FILE",
-                        help="do not run: report the results saved in FILE (by --json)")
-        ap.add_argument("--timeout", type=_positive, default=1800.0, metavar="S", help="per boot (default 1800)")
-        if name == "apps":
-            ap.add_argument("--only", metavar="NAMES", help="comma-separated: these applications only "
-                            f"(of {', '.join(appbench.names())})")
-        ap.set_defaults(func=cmd_bench_app, app=name, only=None)
-
-    at = sub.add_parser("apptest", help="run an application's own test suite against it in the guest",
-                        description="Build the recipe's image, start the application in the guest (on a tap "
-                        "device or behind a forwarded port), and run the application's own test suite on the "
-                        "host against it "
-                        "(the recipe's [tests]: for redis, ./runtest --host --port).")
+def _apptest_parser(sub: argparse._SubParsersAction) -> None:
+    at = _command(sub, "apptest", "run an application's own test suite against it in the guest",
+                  "Build the recipe's image, start the application in the guest (on a tap device or behind a "
+                  "forwarded port), and run the application's own test suite on the host against it (the recipe's "
+                  "[tests]: for redis, ./runtest --host --port).",
+                  ("ukl apptest redis --configs linux,base",
+                   "ukl apptest redis --configs base --units unit/type/incr,unit/type/list --json out/a.json",
+                   "ukl apptest redis --from-json out/linux.json --from-json out/base.json"), listed=False)
     at.add_argument("name", metavar="NAME", help="a recipe with a [tests] section (redis, memcached)")
-    at.add_argument("--configs", default="linux,base", help="comma-separated (default linux,base)")
+    _configs_option(at)
     at.add_argument("--all", action="store_true", help="the whole suite, not the recipe's units")
-    at.add_argument("--unit", action="append", default=[], metavar="UNIT",
-                    help="run this unit instead of the recipe's (repeatable)")
-    at.add_argument("--timeout", type=_positive, default=3600.0, metavar="S", help="per configuration")
+    at.add_argument("--units", type=_list, default=[], metavar="LIST",
+                    help="comma-separated: run these units instead of the recipe's")
+    at.add_argument("--unit", dest="units", action=_Deprecated, use="--units A,B",
+                    convert=lambda ns, v: [*(getattr(ns, "units", None) or []), *_list(str(v))])
+    _timeout_option(at, 3600.0)
     at.add_argument("--network", choices=("auto", "tap", "user"), default="auto",
                     help="tap: the guest on a tap device in a private network namespace (root); user: QEMU's "
                     "user network and a forwarded port; auto (default): tap where it can be made")
-    at.add_argument("--json", type=Path, metavar="FILE", help="write the counts as JSON")
-    at.add_argument("--markdown", type=Path, metavar="FILE.md", help="write the counts as Markdown")
-    at.add_argument("--from-json", type=Path, action="append", default=[], metavar="FILE",
-                    help="do not run: report the outcomes saved in FILE by --json (repeatable: configurations "
-                    "run side by side)")
+    _report_options(at)
     at.set_defaults(func=cmd_apptest)
 
-    _conformance_parser(sub)
-    sub.add_parser("sources", help="install, verify and unpack the pinned Linux and glibc sources").set_defaults(
-        func=cmd_sources)
-    sub.add_parser("configs", help="list the kernel configurations and the UKL options",
-                   description="List the kernel configurations (kernel/configs) and the UKL options "
-                   "(kernel/options.toml) that make profiles of them, such as base+ret+byp.",
-                   epilog="example:\n  ukl configs", formatter_class=argparse.RawDescriptionHelpFormatter
-                   ).set_defaults(func=cmd_configs)
-    return p
+
+def _conformance_parser(sub: argparse._SubParsersAction) -> None:
+    """`ukl conformance ltp` (ltp.py)."""
+    cf = _command(sub, "conformance", "suites written elsewhere (LTP), run under each configuration",
+                  "Suites of other projects, run under each configuration against linux's results.",
+                  ("ukl conformance ltp --configs linux,base",), listed=False)
+    cs = cf.add_subparsers(dest="ccmd", metavar="SUITE", required=True)
+    lp = _command(cs, "ltp", "LTP's system-call tests as UKL applications",
+                  "Build LTP's system-call tests (testcases/kernel/syscalls, the commit in tests/ltp/source.toml) "
+                  "into one program per configuration behind a dispatcher, boot it under each configuration "
+                  "running each test as its own process, and report TPASS, TFAIL, TBROK or TCONF per test (the "
+                  "worst it reported). A test that passes under linux and not under another configuration must be "
+                  "listed in tests/ltp/divergences.toml, or the command fails.",
+                  ("ukl conformance ltp --configs linux,base --tests getpid01,read01",
+                   "ukl conformance ltp --configs linux,base+byp --json out/ltp.json --markdown out/ltp.md"))
+    _configs_option(lp)
+    lp.add_argument("--tests", default=ltp.DEFAULT_LIST, metavar="LIST",
+                    help="comma-separated test names and lists of tests/ltp/ (default "
+                    f"{ltp.DEFAULT_LIST}; lists: {_safe(ltp.list_names)})")
+    lp.add_argument("--batch", type=_count, default=ltp.DEFAULT_BATCH, metavar="N",
+                    help=f"tests per boot (default {ltp.DEFAULT_BATCH})")
+    lp.add_argument("--test-timeout", type=_positive, default=ltp.DEFAULT_TIMEOUT, metavar="S",
+                    help=f"seconds each test may take, inside the guest (default {ltp.DEFAULT_TIMEOUT:.0f})")
+    lp.add_argument("--timeout", type=_positive, dest="test_timeout", action=_Deprecated, use="--test-timeout S")
+    lp.add_argument("-o", "--output", type=Path, default=Path("out/ltp"), metavar="DIR",
+                    help="images and console logs (default out/ltp)")
+    _report_options(lp)
+    lp.set_defaults(func=cmd_conformance_ltp)
+
+
+def _bench_parser(sub: argparse._SubParsersAction) -> None:
+    bn = _command(sub, "bench", "benchmarks comparing configurations",
+                  "Suites (syscalls, remote, boot) and application benchmarks (app NAME...), each under the "
+                  "configurations and profiles of --configs, the first without UKL the baseline.",
+                  ("ukl bench syscalls --configs linux,base,base+byp --icount",
+                   "ukl bench app redis --configs linux,base --icount",
+                   "ukl bench boot --apps hello --configs linux,base --icount"), listed=False)
+    bs = bn.add_subparsers(dest="bcmd", metavar="SUITE", required=True)
+    sc = _command(bs, "syscalls", "LEBench-style system call and page fault latencies",
+                  "Build bench/lebench.c for each configuration, boot each, and compare the medians against the "
+                  "first configuration without UKL (default linux).",
+                  ("ukl bench syscalls --configs linux,base --icount --quick",
+                   "ukl bench syscalls --configs linux,base+byp --icount --by-function getppid,read:1",
+                   "ukl bench syscalls --from-json docs/results.json --markdown out/results.md"))
+    _configs_option(sc)
+    _icount_option(sc)
+    sc.add_argument("--quick", action="store_true", help="1,000 iterations and 3 sizes (for tests)")
+    _model_arguments(sc, "the instructions")
+    sc.add_argument("--by-function", metavar="OP[:BYTES],...",
+                    help="with --icount: also show where these points' instructions go, by kernel function "
+                    "(e.g. getppid,read:1), counted by our QEMU plugin")
+    sc.add_argument("--profile", dest="by_function", action=_Deprecated, use="--by-function OP[:BYTES],...")
+    _timeout_option(sc, 1800.0)
+    _report_options(sc, plot=True)
+    sc.set_defaults(func=cmd_bench)
+
+    rb = _command(bs, "remote", "remote system calls: null calls, file I/O and OS jitter",
+                  "Run bench/remote.c on the host, in a linux guest and in a base guest booted with --remote: a "
+                  "null remote call polling and asleep against getppid, pread/pwrite of 1 B to 64 KiB on a host "
+                  "file against guest tmpfs, and OS jitter (docs/results-remote.md).",
+                  ("ukl bench remote --quick",
+                   "ukl bench remote --json out/remote.json --markdown out/remote.md --plot out/remote.png"))
+    rb.add_argument("--quick", action="store_true", help="few batches and short jitter runs (for tests)")
+    rb.add_argument("--repeat", type=_count, metavar="N",
+                    help="boot each guest N times, interleaved; report the median run (default 3; 1 with --quick)")
+    _timeout_option(rb, 1800.0)
+    _report_options(rb, plot=True)
+    rb.set_defaults(func=cmd_bench_remote)
+    _bench_boot_parser(bs)
+    _bench_app_parser(bs)
+
+
+def _bench_app_parser(bs: argparse._SubParsersAction) -> None:
+    ap = _command(bs, "app", "application benchmarks: the recipes' servers and programs under load",
+                  "Build and boot each application under each configuration and load it. With --clients guest "
+                  "(the default), from inside the guest (bench/appload.c, the recipe's [bench]): the "
+                  "application's CPU time per request, or guest instructions with --icount. With --clients host, "
+                  "with real load generators on the host over a tap device (the recipe's [netbench]; needs root): "
+                  "throughput and latency in wall-clock time; programs that run to completion are timed in the "
+                  "guest beside them. Without NAME: every application the mode has.",
+                  ("ukl bench app redis --configs linux,base --icount",
+                   "ukl bench app --configs linux,base,base+ret+byp --icount --json out/apps.json",
+                   "ukl bench app redis --icount --by-function --markdown out/redis.md",
+                   "ukl bench app redis memcached --clients host --repeat 3",
+                   "ukl bench app memcached --from-json docs/results-apps.json --markdown out/m.md"))
+    ap.add_argument("names", nargs="*", metavar="NAME",
+                    help=f"recipes with a [bench] section ({_safe(appbench.names)}), or with --clients host a "
+                    f"[netbench] section ({_safe(hostbench.names)}) or a run to completion (default: all of them)")
+    _configs_option(ap)
+    ap.add_argument("--clients", choices=("guest", "host"), default="guest",
+                    help="guest: bench/appload.c beside the server (default); host: redis-benchmark, "
+                    "memcaslap, ab and wrk on the host, in a private network namespace with a tap device "
+                    "(needs root), in wall-clock time")
+    ap.add_argument("--repeat", type=_count, default=1, metavar="N",
+                    help="boot each configuration N times, interleaved; report medians (default 1)")
+    _timeout_option(ap, 1800.0)
+    g = ap.add_argument_group("in-guest load only (--clients guest)")
+    _icount_option(g)
+    g.add_argument("--requests", type=_count, metavar="N", help="requests per load (default: the recipe's)")
+    _model_arguments(g, "the guest's instructions during each load")
+    g.add_argument("--by-function", action="store_true",
+                   help="with --icount: also show where each load's instructions go, by kernel function "
+                   "(and the application's, under UKL profiles), counted by our QEMU plugin")
+    g.add_argument("--profile", dest="by_function", action=_Deprecated, use="--by-function", nargs=0, const=True)
+    ap.add_argument("--only", dest="only_old", action=_Deprecated, use="`ukl bench app NAME...`",
+                    type=_list, default=[])
+    _report_options(ap, plot=True)
+    ap.set_defaults(func=cmd_bench_app)
+
+
+def _bench_boot_parser(bs: argparse._SubParsersAction) -> None:
+    bb = _command(bs, "boot", "image size, boot time to main() (and a server's first answer), least memory",
+                  "Build each application for each configuration and measure: the image's bytes (bzImage, "
+                  "initramfs) and vmlinux's text/data/bss; the guest time and instructions from the kernel's first "
+                  "instruction to main() (and for a server to its first answer to the recipe's readiness probe), "
+                  "with the wall time under TCG beside them; and the least memory (-m, MiB) at which the "
+                  "application passes its smoke test, by bisection (docs/results-boot.md).",
+                  ("ukl bench boot --apps hello --configs linux,base --icount",
+                   "ukl bench boot --apps examples/hello/hello.c,redis --icount --no-memory --boots pc,pc-direct",
+                   "ukl bench boot --from-json a.json --from-json b.json --markdown out/boot.md"))
+    bb.add_argument("--apps", default="hello", metavar="LIST",
+                    help="comma-separated recipe names, directories or C files (default hello)")
+    _configs_option(bb)
+    _icount_option(bb)
+    bb.add_argument("--specialize", action="store_true",
+                    help="after each configuration's row, one for the kernel specialized from it to the application "
+                    "(`ukl build --specialize`; specialized: true in the JSON)")
+    bb.add_argument("--repeat", type=_count, default=1, metavar="N",
+                    help="boot each image N times to main() (default 1); each run's instructions are kept")
+    bb.add_argument("--memory", type=_count, default=bootbench.MEASURE_MEMORY, metavar="MIB",
+                    help=f"-m of the boot measurement (default {bootbench.MEASURE_MEMORY})")
+    bb.add_argument("--memory-range", default="{}:{}".format(*bootbench.MEMORY_RANGE), metavar="LO:HI",
+                    help="the least memory's bisection bounds in MiB (default {}:{})".format(*bootbench.MEMORY_RANGE))
+    bb.add_argument("--memory-steps", type=int, default=bootbench.MEMORY_STEPS, metavar="N",
+                    help=f"boots of the bisection after the upper bound's (default {bootbench.MEMORY_STEPS}; "
+                    "0: only check the upper bound)")
+    bb.add_argument("--boots", default=bootbench.DEFAULT_BOOTS, metavar="LIST",
+                    help="comma-separated boot methods, each measured (default %(default)s): "
+                    + "; ".join(f"{k}: {b.what}" for k, b in bootbench.BOOTS.items()))
+    bb.add_argument("--no-memory", action="store_true", help="do not bisect the least memory")
+    _timeout_option(bb, 600.0)
+    _report_options(bb, plot=True)
+    bb.set_defaults(func=cmd_bench_boot)
 
 
 def _tree_actions(sub: argparse._SubParsersAction, series: series_mod.Series, tree: Callable[[], Path],
-                  lock_name: str) -> None:
+                  lock_name: str, command: str) -> None:
     """tree, export and reset for a patched source tree (kernel or glibc),
     under the lock its builds hold."""
     what, patches = series.what, f"{series.patch_dir.parent.name}/{series.patch_dir.name}"
@@ -450,12 +702,12 @@ def _tree_actions(sub: argparse._SubParsersAction, series: series_mod.Series, tr
         with lock.held(lock_name, f"the {what} tree"):
             print(series_mod.reset(series, t))
 
-    sub.add_parser("tree", help=f"apply {patches} and print the {what} tree's path (a git repository)").set_defaults(
-        func=show_tree)
-    sub.add_parser("export", help=f"write the {what} tree's commits since 'pristine' to {patches}").set_defaults(
-        func=export)
-    sub.add_parser("reset", help=f"drop edits in the {what} tree and re-apply {patches}").set_defaults(
-        func=reset)
+    _command(sub, "tree", f"apply {patches} and print the {what} tree's path (a git repository)",
+             examples=(f"cd $(ukl {command} tree)",)).set_defaults(func=show_tree)
+    _command(sub, "export", f"write the {what} tree's commits since 'pristine' to {patches}",
+             examples=(f"ukl {command} export",)).set_defaults(func=export)
+    _command(sub, "reset", f"drop edits in the {what} tree and re-apply {patches}",
+             examples=(f"ukl {command} reset",)).set_defaults(func=reset)
 
 
 def cmd_sources(a: argparse.Namespace) -> int:
@@ -465,18 +717,59 @@ def cmd_sources(a: argparse.Namespace) -> int:
     return 0
 
 
+# The options of `ukl build` that apply to some kinds of input only.
+BUILD_KINDS = {"files": "C files", "directory": "a project directory", "recipe": "a recipe"}
+BUILD_APPLIES = {
+    "--name": ("files", "directory"),
+    "--freestanding": ("files",),
+    "--cflags": ("files",),
+    "--configure-args": ("directory", "recipe"),
+    "--make-args": ("directory", "recipe"),
+    "--build-system": ("directory",),
+}
+
+
+def build_input(srcs: list[Path]) -> tuple[str, str | None]:
+    """The kind of `ukl build`'s INPUT ("files", "directory" or "recipe"),
+    and the recipe's name."""
+    recipe = _recipe_name(srcs)
+    if recipe is not None:
+        return "recipe", recipe
+    dirs = [s for s in srcs if s.is_dir()]
+    if dirs and len(srcs) > 1:
+        raise UklError(f"{dirs[0]} is a directory: a project directory is built on its own, not with other inputs",
+                       "name one project directory, or C files")
+    return ("directory" if dirs else "files"), None
+
+
+def check_build_options(a: argparse.Namespace, kind: str) -> None:
+    """Refuse the options that do not apply to KIND of input."""
+    given = {"--name": a.name is not None, "--freestanding": a.freestanding, "--cflags": bool(a.cflags),
+             "--configure-args": bool(a.configure_args), "--make-args": bool(a.make_args),
+             "--build-system": a.build_system != "auto"}
+    bad = [o for o, g in given.items() if g and kind not in BUILD_APPLIES[o]]
+    if not bad:
+        return
+    where = "; ".join(f"{o} applies to " + " and ".join(BUILD_KINDS[k] for k in BUILD_APPLIES[o]) for o in bad)
+    hint = {"recipe": "a recipe's build and name are in apps/NAME/recipe.toml; --configure-args and --make-args "
+                      "add to its build",
+            "directory": "pass flags to the project's own build, e.g. --make-args 'CFLAGS=-O1'",
+            "files": "name a project directory to build it with its configure script, CMake or Makefile"}[kind]
+    raise UklError(f"{' and '.join(bad)} {'does' if len(bad) == 1 else 'do'} not apply to "
+                   f"{BUILD_KINDS[kind]} ({where})", hint)
+
+
 def cmd_build(a: argparse.Namespace) -> int:
-    recipe = _recipe_name(a.sources)
+    kind, recipe = build_input(a.sources)
+    check_build_options(a, kind)
     if recipe is not None:
         r = recipes.load(recipe)
-        if a.freestanding or a.cflags or a.build_system != "auto":
-            raise UklError(f"'{recipe}' is a recipe: --freestanding, --cflags and --build-system do not apply",
-                           f"its build is described in apps/{recipe}/recipe.toml")
         if r.build.library:
             raise UklError(f"'{recipe}' is a library recipe: it is built as a dependency of an application",
                            "build an application that depends on it: " +
                            (", ".join(n for n in recipes.names() if recipe in recipes.load(n).depends) or "none"))
         kernel.fragments(a.config)  # validates the name before any work
+        ui.info(f"building the recipe '{recipe}' (apps/{recipe}/recipe.toml) for '{a.config}'")
 
         def make_spec(config: str, out: Path, extra: list[tuple[Path, str]]) -> image.BuildSpec:
             spec = recipes.image_spec(r, config, out, [*a.file, *extra], a.configure_args, a.make_args, a.overlay)
@@ -484,6 +777,9 @@ def cmd_build(a: argparse.Namespace) -> int:
             return spec
     else:
         r = None
+        ui.info(f"building the project directory {a.sources[0]}" if kind == "directory" else
+                f"building {len(a.sources)} C file{'s' if len(a.sources) > 1 else ''}: "
+                + ", ".join(str(s) for s in a.sources))
 
         def make_spec(config: str, out: Path, extra: list[tuple[Path, str]]) -> image.BuildSpec:
             opts = project.Options(system=a.build_system, configure_args=list(a.configure_args),
@@ -622,12 +918,14 @@ def _configs(text: str) -> list[str]:
 def cmd_bench(a: argparse.Namespace) -> int:
     configs = _configs(a.configs)
     model_cpu = cyclemodel.cpu_choice(a.model, a.cpu)
-    points = bench.profile_points(a.profile) if a.profile else None
+    points = bench.profile_points(a.by_function) if a.by_function else None
     if points and a.from_json:
-        raise UklError("--profile runs the benchmark; it does not apply to --from-json",
+        raise UklError("--by-function runs the benchmark; it does not apply to --from-json",
                        "the profiles saved in the file are shown anyway")
-    report = bench.load_json(a.from_json) if a.from_json else bench.run(configs, a.icount, a.quick, a.timeout,
-                                                                         model_cpu, points)
+    if a.from_json:
+        report = bench.load_json(_one_file(a.from_json, "ukl bench syscalls"))
+    else:
+        report = bench.run(configs, a.icount, a.quick, a.timeout, model_cpu, points)
     if a.from_json and model_cpu:
         report.model = cyclemodel.remodel(report.model, model_cpu)
     ui.err.print(f"machine: {report.machine}; accelerator: {report.accel}; kernels: "
@@ -642,46 +940,6 @@ def cmd_bench(a: argparse.Namespace) -> int:
     if a.markdown:
         a.markdown.write_text(bench.markdown(report, a.plot))
     return 0
-
-
-def _bench_boot_parser(bs: argparse._SubParsersAction) -> None:
-    bb = bs.add_parser("boot", help="image size, boot time to main() (and a server's first answer), least memory",
-                       description="Build each application for each configuration and measure: the image's "
-                       "bytes (bzImage, initramfs) and vmlinux's text/data/bss; the guest time and instructions "
-                       "from the kernel's first instruction to main() (and for a server to its first answer to "
-                       "the recipe's readiness probe), with the wall time under TCG beside them; and the least "
-                       "memory (-m, MiB) at which the application passes its smoke test, by bisection "
-                       "(docs/results-boot.md).")
-    bb.add_argument("--apps", default="hello", metavar="LIST",
-                    help="comma-separated recipe names, directories or C files (default hello)")
-    bb.add_argument("--configs", default="linux,base", help="comma-separated (default linux,base)")
-    bb.add_argument("--icount", action="store_true",
-                    help="deterministic guest time: -icount shift=0,sleep=off (without it: instructions and wall "
-                    "time only)")
-    bb.add_argument("--specialize", action="store_true",
-                    help="after each configuration's row, one for the kernel specialized from it to the application "
-                    "(`ukl build --specialize`; specialized: true in the JSON)")
-    bb.add_argument("--repeat", type=_count, default=1, metavar="N",
-                    help="boot each image N times to main() (default 1); each run's instructions are kept")
-    bb.add_argument("--memory", type=_count, default=bootbench.MEASURE_MEMORY, metavar="MIB",
-                    help=f"-m of the boot measurement (default {bootbench.MEASURE_MEMORY})")
-    bb.add_argument("--memory-range", default="{}:{}".format(*bootbench.MEMORY_RANGE), metavar="LO:HI",
-                    help="the least memory's bisection bounds in MiB (default {}:{})".format(*bootbench.MEMORY_RANGE))
-    bb.add_argument("--memory-steps", type=int, default=bootbench.MEMORY_STEPS, metavar="N",
-                    help=f"boots of the bisection after the upper bound's (default {bootbench.MEMORY_STEPS}; "
-                    "0: only check the upper bound)")
-    bb.add_argument("--boots", default=bootbench.DEFAULT_BOOTS, metavar="LIST",
-                    help="comma-separated boot methods, each measured (default %(default)s): "
-                    + "; ".join(f"{k}: {b.what}" for k, b in bootbench.BOOTS.items()))
-    bb.add_argument("--no-memory", action="store_true", help="do not bisect the least memory")
-    bb.add_argument("--timeout", type=_positive, default=600.0, metavar="S", help="per boot (default 600)")
-    bb.add_argument("--json", type=Path, metavar="FILE", help="write the rows as JSON (after each one)")
-    bb.add_argument("--markdown", type=Path, metavar="FILE.md", help="write the report as Markdown")
-    bb.add_argument("--plot", type=Path, metavar="FILE.png", help="draw sizes, boot times and memory")
-    bb.add_argument("--from-json", type=Path, action="append", default=[], metavar="FILE",
-                    help="do not run: report the results saved in FILE (by --json); repeatable: the files' rows "
-                    "in turn")
-    bb.set_defaults(func=cmd_bench_boot)
 
 
 def cmd_bench_boot(a: argparse.Namespace) -> int:
@@ -706,7 +964,10 @@ def cmd_bench_boot(a: argparse.Namespace) -> int:
 
 def cmd_bench_remote(a: argparse.Namespace) -> int:
     repeat = a.repeat or (1 if a.quick else 3)
-    report = remotebench.load_json(a.from_json) if a.from_json else remotebench.run(a.quick, a.timeout, repeat)
+    if a.from_json:
+        report = remotebench.load_json(_one_file(a.from_json, "ukl bench remote"))
+    else:
+        report = remotebench.run(a.quick, a.timeout, repeat)
     ui.err.print(f"machine: {report.machine}; accelerator: {report.accel}; kernels: "
                  + ", ".join(f"{c} {k}" for c, k in report.kernels.items()), markup=False)
     for t in remotebench.tables(report):
@@ -720,18 +981,21 @@ def cmd_bench_remote(a: argparse.Namespace) -> int:
     return 0
 
 
-def _bench_apps(a: argparse.Namespace, every: list[str]) -> list[str]:
-    """The applications `ukl bench NAME` runs, of EVERY (apps: all or --only)."""
-    if a.app != "apps":
-        return [a.app]
-    if not a.only:
+def _bench_apps(names: list[str], every: list[str]) -> list[str]:
+    """The applications `ukl bench app NAME...` runs, of EVERY: the NAMES
+    given (each once), or all of them."""
+    if not names:
         return every
-    names = list(dict.fromkeys(n.strip() for n in a.only.split(",") if n.strip()))
-    unknown = [n for n in names if n not in every]
-    if unknown or not names:
-        raise UklError(f"--only {a.only}: " + (f"{', '.join(unknown)}: not among these benchmarks" if unknown
-                                               else "names no application"), "choose from: " + ", ".join(every))
-    return names
+    chosen = list(dict.fromkeys(names))
+    unknown = [n for n in chosen if n not in every]
+    if unknown:
+        raise UklError(f"{', '.join(unknown)}: not among these benchmarks", "choose from: " + ", ".join(every))
+    return chosen
+
+
+def _app_names(a: argparse.Namespace) -> list[str]:
+    """NAME... and the old --only LIST, together."""
+    return [*a.names, *a.only_old]
 
 
 def _each_app(names: list[str], run: Callable[[str], None], save: Callable[[], None], path: Path | None) -> None:
@@ -754,25 +1018,26 @@ def _each_app(names: list[str], run: Callable[[str], None], save: Callable[[], N
 
 def cmd_bench_app(a: argparse.Namespace) -> int:
     configs = _configs(a.configs)
+    names = _app_names(a)
     if a.clients == "host":
-        return _bench_app_host(a, configs)
+        return _bench_app_host(a, configs, names)
     model_cpu = cyclemodel.cpu_choice(a.model, a.cpu)
     if model_cpu and not a.icount and not a.from_json:
         raise UklError("--model cycles needs --icount", "the model adds to guest instruction counts")
     if a.from_json:
-        reports = appbench.load_json(a.from_json)
-        chosen = _bench_apps(a, [r.app for r in reports]) if a.app == "apps" else [r.app for r in reports]
+        reports = [r for f in a.from_json for r in appbench.load_json(f)]
+        chosen = _bench_apps(names, [r.app for r in reports])
         reports = [r for r in reports if r.app in chosen]
         if model_cpu:
             for rep in reports:
                 rep.model = appcycles.remodel(rep.model, model_cpu)
     else:
-        chosen = _bench_apps(a, appbench.names())
+        chosen = _bench_apps(names, appbench.names())
         reports = []
         _each_app(chosen, lambda n: reports.append(appbench.run_app(n, configs, a.icount, a.requests, a.timeout,
-                                                                    a.repeat, model_cpu, a.profile)),
+                                                                    a.repeat, model_cpu, a.by_function)),
                   lambda: appbench.save_json(reports, a.json) if a.json else None, a.json)
-    only = ",".join(chosen) if a.only or a.app != "apps" else None
+    only = ",".join(chosen) if names else None
     for rep in reports:
         ui.report_console().print(appbench.table(rep))
         lt = appbench.latency_table(rep)
@@ -792,30 +1057,32 @@ def cmd_bench_app(a: argparse.Namespace) -> int:
     return 0
 
 
-def _bench_app_host(a: argparse.Namespace, configs: list[str]) -> int:
+def _bench_app_host(a: argparse.Namespace, configs: list[str], names: list[str]) -> int:
+    """`ukl bench app --clients host`: wall-clock time under real clients;
+    the programs that run to completion timed in the guest beside them."""
     for opt, given in (("--icount", a.icount), ("--requests", a.requests), ("--model", a.model), ("--cpu", a.cpu),
-                       ("--profile", a.profile)):
+                       ("--by-function", a.by_function)):
         if given:
             raise UklError(f"{opt} does not apply to --clients host",
-                           "host clients measure wall-clock time with the recipe's [netbench] loads")
+                           "host clients measure wall-clock time with the recipe's [netbench] loads; "
+                           f"{opt} belongs to --clients guest")
     if a.from_json:
-        reports, runs_done = hostbench.load_json(a.from_json)
-        if a.only:
-            chosen = _bench_apps(a, [r.app for r in reports] + [r.app for r in runs_done])
-            reports = [r for r in reports if r.app in chosen]
-            runs_done = [r for r in runs_done if r.app in chosen]
+        reports, runs_done = [], []
+        for f in a.from_json:
+            rs, rd = hostbench.load_json(f)
+            reports += rs
+            runs_done += rd
+        chosen = _bench_apps(names, [r.app for r in reports] + [r.app for r in runs_done])
+        reports = [r for r in reports if r.app in chosen]
+        runs_done = [r for r in runs_done if r.app in chosen]
     else:
-        if a.app != "apps" and a.app not in hostbench.names():
-            raise UklError(f"apps/{a.app}/recipe.toml has no [netbench] section",
-                           "host-client benchmarks: " + ", ".join(hostbench.names()))
-        todo = _bench_apps(a, [*hostbench.names(), *hostbench.run_to_completion()])
+        todo = _bench_apps(names, [*hostbench.names(), *hostbench.run_to_completion()])
         reports, runs_done = [], []
 
         def one(name: str) -> None:
             if name in hostbench.names():
                 reports.append(hostbench.run_app(name, configs, a.repeat, a.timeout))
-            elif name in hostbench.run_to_completion() and a.app == "apps":
-                # `apps`: the runs to completion too, timed in the guest without -icount
+            else:  # a run to completion, timed in the guest without -icount
                 runs_done.append(appbench.run_app(name, configs, False, None, a.timeout, a.repeat))
 
         _each_app(todo, one, lambda: hostbench.save_json(reports, runs_done, a.json) if a.json else None,
@@ -829,7 +1096,7 @@ def _bench_app_host(a: argparse.Namespace, configs: list[str]) -> int:
     if a.plot:
         hostbench.plot(reports, runs_done, a.plot)
     if a.markdown:
-        only = ",".join([r.app for r in reports] + [r.app for r in runs_done]) if a.only else None
+        only = ",".join([r.app for r in reports] + [r.app for r in runs_done]) if names else None
         a.markdown.write_text(hostbench.markdown(reports, runs_done, a.plot, a.markdown, only))
     return 0
 
@@ -839,7 +1106,7 @@ def cmd_apptest(a: argparse.Namespace) -> int:
     if a.from_json:
         outcomes = apptest.load_json(a.from_json)
     else:
-        outcomes = [apptest.run(a.name, c, a.all, a.timeout, a.unit, a.network) for c in configs]
+        outcomes = [apptest.run(a.name, c, a.all, a.timeout, a.units, a.network) for c in configs]
     verdicts = list(outcomes[0].counts) if outcomes else []
     table = Table("configuration", *verdicts, "finished", title=f"{a.name}: tests against the application")
     for o in outcomes:
@@ -851,35 +1118,8 @@ def cmd_apptest(a: argparse.Namespace) -> int:
     if a.json:
         apptest.save_json(outcomes, a.json)
     if a.markdown:
-        a.markdown.write_text(apptest.markdown(a.name, outcomes, a.all, a.unit, a.markdown))
+        a.markdown.write_text(apptest.markdown(a.name, outcomes, a.all, a.units, a.markdown))
     return 0 if all(o.finished for o in outcomes) else 1
-
-
-def _conformance_parser(sub: argparse._SubParsersAction) -> None:
-    """`ukl conformance ltp` (ltp.py)."""
-    cf = sub.add_parser("conformance", help="conformance suites written elsewhere, run under each configuration")
-    cs = cf.add_subparsers(dest="ccmd", metavar="SUITE", required=True)
-    lp = cs.add_parser("ltp", help="LTP's system-call tests as UKL applications",
-                       description="Build LTP's system-call tests (testcases/kernel/syscalls, the commit in "
-                       "tests/ltp/source.toml) into one program per configuration behind a dispatcher, boot it "
-                       "under each configuration running each test as its own process, and report TPASS, TFAIL, "
-                       "TBROK or TCONF per test (the worst it reported). A test that passes under linux and not "
-                       "under another configuration must be listed in tests/ltp/divergences.toml, or the "
-                       "command fails.")
-    lp.add_argument("--configs", default="linux,base", help="comma-separated, linux first (default linux,base)")
-    lp.add_argument("--tests", default=ltp.DEFAULT_LIST, metavar="LIST",
-                    help="comma-separated test names and lists of tests/ltp/ (default "
-                    f"{ltp.DEFAULT_LIST}; lists: {', '.join(ltp.list_names()) or 'none'})")
-    lp.add_argument("--batch", type=_count, default=ltp.DEFAULT_BATCH, metavar="N",
-                    help=f"tests per boot (default {ltp.DEFAULT_BATCH})")
-    lp.add_argument("--timeout", type=_positive, default=ltp.DEFAULT_TIMEOUT, metavar="S",
-                    help=f"per test, inside the guest (default {ltp.DEFAULT_TIMEOUT:.0f})")
-    lp.add_argument("-o", "--output", type=Path, default=Path("out/ltp"), metavar="DIR",
-                    help="images and console logs (default out/ltp)")
-    lp.add_argument("--json", type=Path, metavar="FILE", help="write one row per test and configuration as JSON")
-    lp.add_argument("--markdown", type=Path, metavar="FILE.md", help="write the table as Markdown")
-    lp.add_argument("--from-json", type=Path, metavar="FILE", help="do not run: report the rows saved in FILE")
-    lp.set_defaults(func=cmd_conformance_ltp)
 
 
 def cmd_conformance_ltp(a: argparse.Namespace) -> int:
@@ -889,9 +1129,9 @@ def cmd_conformance_ltp(a: argparse.Namespace) -> int:
                        "for example --configs linux,base")
     divergences = ltp.load_divergences()
     if a.from_json:
-        outcomes = [o for o in ltp.load_json(a.from_json) if o.config in configs]
+        outcomes = [o for f in a.from_json for o in ltp.load_json(f) if o.config in configs]
     else:
-        outcomes = ltp.run_all(configs, ltp.selection(a.tests), a.output, a.batch, a.timeout)
+        outcomes = ltp.run_all(configs, ltp.selection(a.tests), a.output, a.batch, a.test_timeout)
     table = Table("test", *configs, "divergence", title="LTP system-call tests")
     for test, row in ltp.by_test(outcomes).items():
         notes = [f"{o.config}: {d.kind}" if (d := ltp.explanation(test, o.config, divergences)) else
@@ -916,7 +1156,7 @@ def cmd_conformance_ltp(a: argparse.Namespace) -> int:
 
 
 def cmd_libc_tests(a: argparse.Namespace) -> int:
-    outcomes = glibctests.run_all(a.logs, a.timeout, a.only)
+    outcomes = glibctests.run_all(a.logs, a.timeout, a.tests)
     table = Table("directory", "test", "result", "status", "seconds", title="glibc tests in ring 0")
     for o in outcomes:
         table.add_row(o.subdir, o.test, o.verdict, "-" if o.status is None else str(o.status), f"{o.seconds:.0f}")
@@ -950,6 +1190,7 @@ def main(argv: list[str] | None = None) -> int:
     if "--" in argv:
         i = argv.index("--")
         argv, app_args = argv[:i], argv[i + 1:]
+    argv = old_spellings(argv)
     args = parser().parse_args(argv)
     if hasattr(args, "args"):
         args.args = args.args + app_args

@@ -1,5 +1,5 @@
 """Where a benchmark point's instructions go: `ukl bench syscalls --icount
---profile getppid,read:1`.
+--by-function getppid,read:1`.
 
 With profile=on our QEMU plugin (tools/plugin/insnclass.c) reports, per
 region, how often each translation block ran while the region was open and
@@ -59,13 +59,14 @@ def parse_points(spec: str, ops: Sequence[str]) -> list[tuple[str, int]]:
             continue
         op, _, size = item.partition(":")
         if op not in ops:
-            raise UklError(f"--profile: '{op}' is not an operation of the benchmark",
+            raise UklError(f"--by-function: '{op}' is not an operation of the benchmark",
                            "name some of: " + ", ".join(ops) + " (OP or OP:BYTES, comma-separated)")
         if size and not size.isdigit():
-            raise UklError(f"--profile: '{item}' has no size in bytes after the colon", "write OP:BYTES, e.g. read:1")
+            raise UklError(f"--by-function: '{item}' has no size in bytes after the colon",
+                           "write OP:BYTES, e.g. read:1")
         out.append((op, int(size or 0)))
     if not out:
-        raise UklError("--profile names no operation", "for example --profile getppid,read:1")
+        raise UklError("--by-function names no operation", "for example --by-function getppid,read:1")
     return out
 
 

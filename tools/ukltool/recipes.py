@@ -40,7 +40,7 @@ class Smoke:
 
 @dataclass
 class Bench:
-    """How `ukl bench NAME` loads the application (bench/appload.c)."""
+    """How `ukl bench app NAME` loads the application (bench/appload.c)."""
     protocol: str                   # redis, memcache, http; or run (to completion)
     args: list[str]                 # the server's (or the run's) arguments
     port: int = 0
@@ -75,7 +75,7 @@ class NetLoad:
 
 @dataclass
 class NetBench:
-    """How `ukl bench NAME --clients host` loads the server: real clients on
+    """How `ukl bench app NAME --clients host` loads the server: real clients on
     the host, through a tap device in a private network namespace."""
     port: int
     probe: str                      # what the server answers once it is up
