@@ -1,6 +1,6 @@
 /*
  * remote: what a remote system call costs (`ukl bench remote`,
- * runtime/ukl.h ukl_remote_*, Documentation/ukl/remote.rst).
+ * runtime/ukl.h ukl_remote_*, Documentation/x86/ukl-remote.rst).
  *
  * Built unchanged for the host (an ordinary process), for `linux` and for
  * a UKL kernel booted with `ukl run --remote DIR`. Where remote calls are

@@ -76,9 +76,9 @@ static inline long ukl_call6(const void *fn, long a1, long a2, long a3, long a4,
 	 UKL_CALL_ARGS_(__VA_ARGS__, 0, 0, 0, 0, 0, 0))
 
 /*
- * Options of the calling thread (the kernel's asm/ukl.h; Documentation/ukl,
- * "Options"; `ukl run --opts` and profiles such as base+byp set those the
- * application starts with):
+ * Options of the calling thread (the kernel's asm/ukl.h;
+ * Documentation/x86/ukl.rst, "Options"; `ukl run --opts` and profiles such
+ * as base+byp set those the application starts with):
  *
  *	long ukl_opts(unsigned long set, unsigned long clear)
  *
@@ -105,7 +105,7 @@ static inline long ukl_opts(unsigned long set, unsigned long clear)
 }
 
 /*
- * Run to completion (Documentation/ukl, "Run to completion"):
+ * Run to completion (Documentation/x86/ukl.rst, "Run to completion"):
  *
  *	long ukl_rtc_begin(long max_us)
  *	long ukl_rtc_end(void)
@@ -152,7 +152,7 @@ static inline long ukl_rtc_end(void)
 }
 
 /*
- * Remote system calls (Documentation/ukl/remote.rst; `ukl run --remote DIR`
+ * Remote system calls (Documentation/x86/ukl-remote.rst; `ukl run --remote DIR`
  * starts the host's side, a shadow process confined to DIR):
  *
  *	int ukl_remote_enable(void)	the calling thread may use remote files
@@ -212,7 +212,7 @@ static inline int ukl_remote_irq(void) { return (int)ukl_remote_(6); }
 static inline int ukl_remote_fd(int fd) { return fd >= UKL_REMOTE_FD_BASE; }
 
 /*
- * TCP shortcuts (Documentation/ukl, "TCP shortcuts"):
+ * TCP shortcuts (Documentation/x86/ukl.rst, "TCP shortcuts"):
  *
  *	ssize_t ukl_tcp_read(int fd, void *buf, size_t count)
  *	ssize_t ukl_tcp_write(int fd, const void *buf, size_t count)

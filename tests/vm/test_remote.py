@@ -1,5 +1,5 @@
 """Remote system calls (runtime/ukl.h ukl_remote_*, `ukl run --remote DIR`,
-Documentation/ukl/remote.rst): a UKL application creates, writes, reads and
+Documentation/x86/ukl-remote.rst): a UKL application creates, writes, reads and
 stats files in a host directory through the shadow process, from buffers on
 its stack, heap, data and constants, and the test checks the bytes on the
 host; it cannot leave the directory (.., absolute paths, symlinks), a FIFO

@@ -1,4 +1,4 @@
-"""TCP shortcuts (Documentation/ukl/ukl.rst, "TCP shortcuts"; runtime/ukl.h
+"""TCP shortcuts (Documentation/x86/ukl.rst, "TCP shortcuts"; runtime/ukl.h
 ukl_tcp_*; option `shortcut`): read, write, recv and send on a TCP socket
 go straight to TCP and keep the system calls' semantics. tcp_shortcut.c
 runs 46 cases (errors and their order, O_NONBLOCK, MSG_DONTWAIT/PEEK/

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
 /*
  * The ring of UKL remote system calls: shared by a UKL kernel and the
- * shadow process on the host (Documentation/ukl/remote.rst). It is the
+ * shadow process on the host (Documentation/x86/ukl-remote.rst). It is the
  * 1 MiB BAR2 of an ivshmem-doorbell PCI device whose memory the host created;
  * the guest's RAM is shared with the shadow too, so data buffers are named
  * by guest-physical segments and never pass through the ring.
