@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import struct
+import subprocess
 
 import pytest
 from fakekernel import elf_with_notes, fake_bzimage, note
@@ -20,6 +21,20 @@ def test_the_pvh_entry_is_read_from_the_payload():
     assert out == elf and entry == 0x1A2B3C4
 
 
+def lz4_payload(data: bytes) -> bytes:
+    """As Kbuild's cmd_lz4_with_size: `lz4 -l -c9`, then the size."""
+    out = subprocess.run(["lz4", "-l", "-c9"], input=data, capture_output=True, check=True).stdout
+    return out + struct.pack("<I", len(data))
+
+
+def test_an_lz4_payload_is_read_as_kbuild_writes_it():
+    elf = elf_with_notes(note(b"Xen", 18, struct.pack("<I", 0x1000000))) + bytes(300000)
+    out, entry = bzimage.direct_kernel(fake_bzimage(lz4_payload(elf)))
+    assert out == elf and entry == 0x1000000
+    with pytest.raises(UklError, match="does not decompress"):
+        bzimage.payload(fake_bzimage(lz4_payload(elf)[:-1000]))
+
+
 def test_a_kernel_without_pvh_is_refused_with_a_hint():
     elf = elf_with_notes(note(b"GNU", 3, bytes(20)))
     with pytest.raises(UklError) as e:
@@ -30,7 +45,7 @@ def test_a_kernel_without_pvh_is_refused_with_a_hint():
 @pytest.mark.parametrize("data,what", [
     (b"not a kernel" * 100, "no bzImage"),
     (fake_bzimage(gzip.compress(b"x"), protocol=0x207), "older than boot protocol 2.08"),
-    (fake_bzimage(b"\x28\xb5\x2f\xfd" + bytes(60)), "not gzip-compressed"),
+    (fake_bzimage(b"\x28\xb5\x2f\xfd" + bytes(60)), "neither LZ4 nor gzip"),
     (fake_bzimage(b"\x1f\x8b\x08\x00garbage"), "does not decompress"),
     (fake_bzimage(gzip.compress(b"not an elf file")), "no ELF file"),
 ])

@@ -1,6 +1,7 @@
 """The uncompressed kernel inside a bzImage, and its PVH entry.
 
-A bzImage's payload is vmlinux itself (stripped, an ELF file), compressed.
+A bzImage's payload is vmlinux itself (stripped, an ELF file), compressed
+(LZ4 in our configurations, gzip in most distributions' kernels).
 A VMM that boots through the x86/HVM direct boot ABI (PVH: QEMU's
 `-kernel vmlinux`, Firecracker) loads that ELF file's segments and jumps to
 the physical address in its XEN_ELFNOTE_PHYS32_ENTRY note, with no firmware
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import io
 import struct
+import subprocess
 import zlib
 
 from elftools.common.exceptions import ELFError
@@ -18,12 +20,14 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.segments import NoteSegment
 
 from ukltool.errors import UklError
+from ukltool.proc import need_tool
 
 # The boot protocol's setup header (Documentation/x86/boot.rst)
 SETUP_SECTS = 0x1F1
 HEADER_MAGIC = 0x202
 PAYLOAD_OFFSET = 0x248      # protocol 2.08+: from the protected-mode code's start
 GZIP_MAGIC = b"\x1f\x8b"
+LZ4_LEGACY_MAGIC = b"\x02\x21\x4c\x18"  # `lz4 -l`, as Kbuild compresses, then the size (4 bytes)
 XEN_ELFNOTE_PHYS32_ENTRY = 18
 
 
@@ -36,20 +40,31 @@ def payload(bzimage: bytes, source: str = "bzImage") -> bytes:
     setup_sects = bzimage[SETUP_SECTS] or 4
     offset, length = struct.unpack_from("<II", bzimage, PAYLOAD_OFFSET)
     start = (setup_sects + 1) * 512 + offset
-    data = bzimage[start:start + length]
-    if data[:2] != GZIP_MAGIC:
-        raise UklError(f"{source}'s kernel is not gzip-compressed (magic {data[:4].hex()})",
-                       "direct boot takes it out of the bzImage: build with CONFIG_KERNEL_GZIP")
-    unzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        elf = unzip.decompress(data)
-    except zlib.error as e:
-        raise UklError(f"{source}'s payload does not decompress: {e}", "rebuild the image") from None
-    if not unzip.eof:
-        raise UklError(f"{source}'s payload does not decompress: it is cut short", "rebuild the image")
+    elf = _decompress(bzimage[start:start + length], source)
     if elf[:4] != b"\x7fELF":
         raise UklError(f"{source}'s payload is no ELF file", "rebuild the image")
     return elf
+
+
+def _decompress(data: bytes, source: str) -> bytes:
+    if data[:2] == GZIP_MAGIC:
+        unzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            elf = unzip.decompress(data)
+        except zlib.error as e:
+            raise UklError(f"{source}'s payload does not decompress: {e}", "rebuild the image") from None
+        if not unzip.eof:
+            raise UklError(f"{source}'s payload does not decompress: it is cut short", "rebuild the image")
+        return elf
+    if data[:4] == LZ4_LEGACY_MAGIC and len(data) >= 8:
+        size = struct.unpack("<I", data[-4:])[0]
+        res = subprocess.run([need_tool("lz4", "lz4"), "-dc"], input=data[:-4], capture_output=True, check=False)
+        if res.returncode != 0 or len(res.stdout) != size:
+            why = res.stderr.decode(errors="replace").strip() or f"{len(res.stdout)} bytes, not {size}"
+            raise UklError(f"{source}'s payload does not decompress: {why}", "rebuild the image")
+        return res.stdout
+    raise UklError(f"{source}'s kernel is compressed with neither LZ4 nor gzip (magic {data[:4].hex()})",
+                   "direct boot takes it out of the bzImage: build with CONFIG_KERNEL_LZ4 or CONFIG_KERNEL_GZIP")
 
 
 def pvh_entry(elf: bytes) -> int | None:
