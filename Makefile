@@ -60,11 +60,11 @@ results-apps: setup
 # instruction to main() (and a server's first answer) under -icount, and the
 # least memory each application's smoke test runs in (bisection), beside
 # Lupine's and Unikraft's published figures (issue 36). examples/hello/hello.c is an image
-# of the program alone; the recipes' images carry busybox and perf for their smoke tests.
+# of the program alone; the recipes' images carry busybox for their smoke tests.
 .PHONY: results-boot
 results-boot: setup
-	./ukl bench boot --apps examples/hello/hello.c,hello,redis,nginx,memcached,sqlite3 --configs linux,base --icount \
-		--markdown docs/results-boot.md --json docs/results-boot.json --plot docs/results-boot.png
+	./ukl bench boot --apps examples/hello/hello.c,redis,nginx,memcached,sqlite3 --configs linux,base --icount \
+		--specialize --markdown docs/results-boot.md --json docs/results-boot.json --plot docs/results-boot.png
 
 # Each boot saving on its own (no_timer_check, noapictimer, direct boot
 # through the PVH entry, -M microvm), without the memory bisection.
@@ -73,6 +73,14 @@ results-boot-methods: setup
 	./ukl bench boot --apps examples/hello/hello.c,redis --configs linux,base --icount --no-memory \
 		--boots pc-plain,pc-no_timer_check,pc-noapictimer,pc-trust_cpu,pc,pc-direct,microvm-direct,microvm-direct-pid1 \
 		--markdown docs/results-boot-methods.md --json docs/results-boot-methods.json
+
+# Each kernel compression (kernel/configs/compression): the image's size
+# against the decompressor's instructions.
+.PHONY: results-boot-compression
+results-boot-compression: setup
+	./ukl bench boot --apps examples/hello/hello.c,redis --configs base --icount --no-memory \
+		--compressions lz4,gzip,zstd,xz --boots pc \
+		--markdown docs/results-boot-compression.md --json docs/results-boot-compression.json
 
 # LTP's system-call tests as UKL applications (docs/conformance-ltp.md):
 # every test that passes under linux passes under each UKL profile or is

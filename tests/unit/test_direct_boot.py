@@ -35,6 +35,16 @@ def test_an_lz4_payload_is_read_as_kbuild_writes_it():
         bzimage.payload(fake_bzimage(lz4_payload(elf)[:-1000]))
 
 
+@pytest.mark.parametrize("name", ["gzip", "lz4", "zstd", "xz", "bzip2", "lzo", "lzma"])
+def test_the_kernel_compression_is_read_from_the_payload(name):
+    assert bzimage.compression(fake_bzimage(bzimage.MAGICS[name] + bytes(64))) == name
+
+
+def test_an_unknown_compression_is_a_clear_error():
+    with pytest.raises(UklError, match="no format Linux offers"):
+        bzimage.compression(fake_bzimage(b"\x00\x01\x02\x03" + bytes(64)))
+
+
 def test_a_kernel_without_pvh_is_refused_with_a_hint():
     elf = elf_with_notes(note(b"GNU", 3, bytes(20)))
     with pytest.raises(UklError) as e:

@@ -21,6 +21,7 @@ instruction. A server's first answer is timed by a prober in the guest
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -138,19 +139,25 @@ def check_configs(configs: list[str]) -> list[str]:
     return configs
 
 
-def build_spec(t: Target, config: str, out: Path, files: list[tuple[Path, str]] | None = None) -> image.BuildSpec:
+def build_spec(t: Target, config: str, out: Path, files: list[tuple[Path, str]] | None = None,
+               compression: str | None = None) -> image.BuildSpec:
     if t.recipe is not None:
-        return recipes.image_spec(t.recipe, config, out, files or [])
-    return image.BuildSpec(t.sources, config, out, files=files or [])
+        spec = recipes.image_spec(t.recipe, config, out, files or [])
+    else:
+        spec = image.BuildSpec(t.sources, config, out, files=files or [])
+    spec.compression = compression
+    return spec
 
 
-def build_image(t: Target, config: str, out: Path, specialized: bool) -> image.Manifest:
-    """T's image for CONFIG in OUT; SPECIALIZED: for the kernel specialized
+def build_image(t: Target, config: str, out: Path, specialized: bool, compression: str | None = None) -> image.Manifest:
+    """T's image for CONFIG in OUT, its kernel compressed with COMPRESSION
+    (None: the configuration's); SPECIALIZED: for the kernel specialized
     from CONFIG to T (`ukl build --specialize`, its report kept in OUT)."""
     if not specialized:
-        with ui.step(f"building {t.label} for '{config}'"):
-            return image.build(build_spec(t, config, out))
-    specialize.build(build_spec(t, config, out), t.recipe, lambda c, o, extra: build_spec(t, c, o, extra))
+        with ui.step(f"building {t.label} for '{config}'" + (f", {compression}" if compression else "")):
+            return image.build(build_spec(t, config, out, compression=compression))
+    specialize.build(build_spec(t, config, out, compression=compression), t.recipe,
+                     lambda c, o, extra: build_spec(t, c, o, extra, compression))
     return image.load(out)
 
 
@@ -454,6 +461,7 @@ class Row:
     exact: bool
     notes: list[str]
     boot: str = "pc-plain"               # BOOTS (rows saved before there was a choice: pc-plain)
+    compression: str = "gzip"            # the kernel's (rows saved before there was a choice: gzip)
 
 
 @dataclass
@@ -523,12 +531,16 @@ def measure(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: 
 
 
 def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, mem_range: tuple[int, int] | None,
-                steps: int, timeout: float, boot: str = DEFAULT_BOOTS, specialized: bool = False) -> Row:
-    """MEM_RANGE None: no least-memory bisection."""
+                steps: int, timeout: float, boot: str = DEFAULT_BOOTS, specialized: bool = False,
+                compression: str | None = None) -> Row:
+    """MEM_RANGE None: no least-memory bisection; COMPRESSION: the kernel's
+    (None: the configuration's)."""
     how = BOOTS[boot]
-    out = image_dir(t.label, config + ("-specialized" if specialized else ""))
-    man = build_image(t, config, out, specialized)
+    out = image_dir(t.label, config + ("-specialized" if specialized else "") + (f"-{compression}" if compression
+                                                                                  else ""))
+    man = build_image(t, config, out, specialized, compression)
     config = man.config
+    compressed = bzimage.compression((out / "bzImage").read_bytes(), str(out / "bzImage"))
     sizes = image_sizes(out, man.vmlinux_path())
     if how.direct:
         # What the VMM loads: the uncompressed kernel, and the initramfs
@@ -554,36 +566,45 @@ def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, 
                sizes.initramfs_bytes, sizes.text_bytes, sizes.data_bytes, sizes.bss_bytes, memory, first.ns,
                first.instructions, first.wall_ms, first.clock_offset_ns, first.reply_ns, first.reply_instructions,
                first.reply_wall_ms, least, trials, [r.instructions for r in runs], first.phases, first.exact, notes,
-               boot)
+               boot, compressed)
 
 
 def run(apps: list[str], configs: list[str], icount: bool, repeat: int, mem_range: tuple[int, int], steps: int,
         timeout: float, memory: int = MEASURE_MEMORY, save: Callable[[Report], None] | None = None,
-        boot_names: list[str] | None = None, bisect: bool = True, specialized: bool = False) -> Report:
-    """Every application under every configuration and boot method
-    (BOOT_NAMES, default DEFAULT_BOOTS); BISECT: find the least memory;
-    SPECIALIZED: after each, a row for the kernel specialized from that
-    configuration to the application."""
+        boot_names: list[str] | None = None, bisect: bool = True, specialized: bool = False,
+        compressions: list[str] | None = None) -> Report:
+    """Every application under every configuration, kernel compression
+    (COMPRESSIONS, default the configuration's) and boot method (BOOT_NAMES,
+    default DEFAULT_BOOTS); BISECT: find the least memory; SPECIALIZED:
+    after each, a row for the kernel specialized from that configuration to
+    the application."""
     targets = [resolve_app(a) for a in apps]     # every name checked before any work
     check_configs(configs)
+    for c in compressions or []:
+        kernel.compression_fragment(c)
     methods = boot_names or [DEFAULT_BOOTS]
     if not mem_range[0] < memory:
         raise UklError(f"--memory {memory} is not above the bisection's lower bound {mem_range[0]}",
                        "raise --memory or lower --memory-range")
     report = Report(icount, bench.machine(), vm.qemu_version("qemu-system-x86_64"), mem_range, steps)
+    comps: list[str | None] = [*compressions] if compressions else [None]
     for t in targets:
         for config in configs:
-            for special in (False, True) if specialized else (False,):
-                for boot in methods:
-                    if BOOTS[boot].pid1 and (not kernel.is_ukl(config) or server_probe(t.recipe) is not None
-                                             or smoke_script(t)[0] is not None):
-                        ui.info(f"{boot} skipped for {t.label} under '{config}': PID 1 needs a UKL configuration "
-                                "and an application without network or a smoke-test script")
-                        continue
-                    report.rows.append(measure_app(t, config, icount, repeat, memory,
-                                                   mem_range if bisect else None, steps, timeout, boot, special))
-                    if save:
-                        save(report)
+            for special, comp, boot in itertools.product((False, True) if specialized else (False,),
+                                                         comps, methods):
+                if BOOTS[boot].pid1 and (not kernel.is_ukl(config) or server_probe(t.recipe) is not None
+                                         or smoke_script(t)[0] is not None):
+                    ui.info(f"{boot} skipped for {t.label} under '{config}': PID 1 needs a UKL configuration "
+                            "and an application without network or a smoke-test script")
+                    continue
+                if BOOTS[boot].direct and comp not in (None, "lz4", "gzip"):
+                    ui.info(f"{boot} skipped for the {comp} kernel: direct boot reads LZ4 or gzip kernels")
+                    continue
+                report.rows.append(measure_app(t, config, icount, repeat, memory,
+                                               mem_range if bisect else None, steps, timeout, boot, special,
+                                               comp))
+                if save:
+                    save(report)
     return report
 
 
@@ -641,7 +662,8 @@ def millions(n: int | None) -> str:
     return "-" if n is None else f"{n / 1e6:.1f} M"
 
 
-HEADINGS = ["app", "config", "boot", "image MB (kernel + initramfs)", "vmlinux text / data / bss MB",
+HEADINGS = ["app", "config", "boot", "kernel compression", "image MB (kernel + initramfs)",
+            "vmlinux text / data / bss MB",
             "boot to main() ms (guest)", "instructions", "wall, TCG s", "first reply ms (guest)",
             "first reply wall, TCG s", "min memory MiB"]
 
@@ -651,7 +673,8 @@ def cells(r: Row) -> list[str]:
     fails = [m for m, ok in r.memory_trials if not ok]
     if r.min_memory_mib is not None:
         memory += f" (fails at {max(fails)})" if fails else " (not bounded below)"
-    return [r.app, r.config, r.boot, f"{mb(r.image_bytes)} ({mb(r.kernel_bytes)} + {mb(r.initramfs_bytes)})",
+    return [r.app, r.config, r.boot, r.compression,
+            f"{mb(r.image_bytes)} ({mb(r.kernel_bytes)} + {mb(r.initramfs_bytes)})",
             f"{mb(r.text_bytes)} / {mb(r.data_bytes)} / {mb(r.bss_bytes)}",
             ms(r.boot_to_main_ns) + ("" if r.exact else " *"), millions(r.boot_to_main_instructions),
             f"{r.boot_to_main_wall_ms / 1e3:.2f}", ms(r.first_reply_ns),

@@ -31,8 +31,12 @@ LZ4_LEGACY_MAGIC = b"\x02\x21\x4c\x18"  # `lz4 -l`, as Kbuild compresses, then t
 XEN_ELFNOTE_PHYS32_ENTRY = 18
 
 
-def payload(bzimage: bytes, source: str = "bzImage") -> bytes:
-    """The compressed payload's bytes, decompressed: the ELF vmlinux."""
+# The payload's first bytes for each compression Kbuild offers
+MAGICS = {"gzip": GZIP_MAGIC, "lz4": LZ4_LEGACY_MAGIC, "zstd": b"\x28\xb5\x2f\xfd", "xz": b"\xfd7zXZ",
+          "lzma": b"\x5d\x00", "bzip2": b"BZh", "lzo": b"\x89LZO"}
+
+
+def _payload_bytes(bzimage: bytes, source: str) -> bytes:
     if len(bzimage) < PAYLOAD_OFFSET + 8 or bzimage[HEADER_MAGIC:HEADER_MAGIC + 4] != b"HdrS":
         raise UklError(f"{source} is no bzImage (no Linux boot protocol header)", "rebuild the image")
     if struct.unpack_from("<H", bzimage, 0x206)[0] < 0x208:
@@ -40,7 +44,23 @@ def payload(bzimage: bytes, source: str = "bzImage") -> bytes:
     setup_sects = bzimage[SETUP_SECTS] or 4
     offset, length = struct.unpack_from("<II", bzimage, PAYLOAD_OFFSET)
     start = (setup_sects + 1) * 512 + offset
-    elf = _decompress(bzimage[start:start + length], source)
+    return bzimage[start:start + length]
+
+
+def compression(bzimage: bytes, source: str = "bzImage") -> str:
+    """How the kernel in BZIMAGE is compressed (a name of MAGICS), from the
+    payload's first bytes."""
+    data = _payload_bytes(bzimage, source)
+    for name, magic in MAGICS.items():
+        if data.startswith(magic):
+            return name
+    raise UklError(f"{source}'s payload is compressed in no format Linux offers (magic {data[:4].hex()})",
+                   "rebuild the image")
+
+
+def payload(bzimage: bytes, source: str = "bzImage") -> bytes:
+    """The compressed payload's bytes, decompressed: the ELF vmlinux."""
+    elf = _decompress(_payload_bytes(bzimage, source), source)
     if elf[:4] != b"\x7fELF":
         raise UklError(f"{source}'s payload is no ELF file", "rebuild the image")
     return elf
@@ -64,7 +84,8 @@ def _decompress(data: bytes, source: str) -> bytes:
             raise UklError(f"{source}'s payload does not decompress: {why}", "rebuild the image")
         return res.stdout
     raise UklError(f"{source}'s kernel is compressed with neither LZ4 nor gzip (magic {data[:4].hex()})",
-                   "direct boot takes it out of the bzImage: build with CONFIG_KERNEL_LZ4 or CONFIG_KERNEL_GZIP")
+                   "direct boot takes it out of the bzImage: build it with `ukl build --compression lz4` "
+                   "(the configurations' own) or gzip")
 
 
 def pvh_entry(elf: bytes) -> int | None:

@@ -349,6 +349,10 @@ def _build_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--perf", action="store_true",
                    help="add Debian's perf with its shared libraries (about 33 MB) to the userspace; "
                    "implies --userspace")
+    b.add_argument("--compression", metavar="NAME",
+                   help="compress the kernel with NAME instead of the configuration's LZ4 (one of: "
+                   f"{_safe(kernel.compressions)}; xz: the smallest image, the slowest decompression; "
+                   "docs/results-boot-compression.md)")
     b.add_argument("--file", action="append", type=_file_spec, default=[], metavar="SRC:DEST",
                    help="add the host file SRC to the image as DEST (an absolute path; parents are created; "
                    "replaces what the image has there, e.g. /etc/passwd)")
@@ -674,6 +678,9 @@ def _bench_boot_parser(bs: argparse._SubParsersAction) -> None:
     bb.add_argument("--boots", default=bootbench.DEFAULT_BOOTS, metavar="LIST",
                     help="comma-separated boot methods, each measured (default %(default)s): "
                     + "; ".join(f"{k}: {b.what}" for k, b in bootbench.BOOTS.items()))
+    bb.add_argument("--compressions", metavar="LIST",
+                    help="comma-separated kernel compressions, each measured (default: the configuration's, LZ4; "
+                    f"one of: {_safe(kernel.compressions)})")
     bb.add_argument("--no-memory", action="store_true", help="do not bisect the least memory")
     _timeout_option(bb, 600.0)
     _report_options(bb, plot=True)
@@ -773,7 +780,7 @@ def cmd_build(a: argparse.Namespace) -> int:
 
         def make_spec(config: str, out: Path, extra: list[tuple[Path, str]]) -> image.BuildSpec:
             spec = recipes.image_spec(r, config, out, [*a.file, *extra], a.configure_args, a.make_args, a.overlay)
-            spec.perf = a.perf
+            spec.perf, spec.compression = a.perf, a.compression
             return spec
     else:
         r = None
@@ -785,7 +792,7 @@ def cmd_build(a: argparse.Namespace) -> int:
             opts = project.Options(system=a.build_system, configure_args=list(a.configure_args),
                                    make_args=list(a.make_args))
             return image.BuildSpec(a.sources, config, out, a.name, a.freestanding, a.userspace or a.perf, a.cflags,
-                                   [*a.file, *extra], a.overlay, opts, perf=a.perf)
+                                   [*a.file, *extra], a.overlay, opts, perf=a.perf, compression=a.compression)
     if a.specialize:
         res = specialize.build(make_spec(a.config, a.output, []), r, make_spec)
         ui.info(f"built '{res.app}' for the specialized configuration '{res.config}' ({len(res.options)} options "
@@ -951,7 +958,8 @@ def cmd_bench_boot(a: argparse.Namespace) -> int:
         report = bootbench.run(bootbench.names(a.apps, "--apps"), bootbench.names(a.configs, "--configs"),
                                a.icount, a.repeat, bootbench.parse_range(a.memory_range), a.memory_steps,
                                a.timeout, a.memory, (lambda r: bootbench.save_json(r, a.json)) if a.json else None,
-                               bootbench.boots(a.boots), not a.no_memory, a.specialize)
+                               bootbench.boots(a.boots), not a.no_memory, a.specialize,
+                               bootbench.names(a.compressions, "--compressions") if a.compressions else None)
     bootbench.show(report)
     if a.json:
         bootbench.save_json(report, a.json)

@@ -120,6 +120,7 @@ class BuildSpec:
     forwards: list[tuple[int, int]] = field(default_factory=list)
     recipe: str | None = None
     perf: bool = False          # perf in the userspace (implies userspace)
+    compression: str | None = None  # the kernel's (kernel/configs/compression); None: the configuration's
 
     @property
     def project_dir(self) -> Path | None:
@@ -241,6 +242,8 @@ def build(spec: BuildSpec) -> Manifest:
         raise UklError("--freestanding and --cflags apply to C files, not to a directory",
                        "name the C files, or pass CFLAGS to the project's own build")
     kernel.fragments(spec.config)  # validates the name before any work
+    if spec.compression is not None:
+        kernel.compression_fragment(spec.compression)
     for src, _dest in spec.files:
         if not src.is_file():
             raise UklError(f"--file {src}: not a file", "name an existing file")
@@ -260,11 +263,11 @@ def build(spec: BuildSpec) -> Manifest:
             if prog.ukl_object is not None:
                 # The application is linked into the kernel; exec of a file
                 # that starts with the UKL magic starts it.
-                kimg = kernel.build(spec.config, app=prog.ukl_object)
+                kimg = kernel.build(spec.config, app=prog.ukl_object, compression=spec.compression)
                 starter.write_bytes(UKL_MAGIC + prog.name.encode() + b"\n")
             else:
                 assert prog.executable is not None
-                kimg = kernel.build(spec.config)
+                kimg = kernel.build(spec.config, compression=spec.compression)
                 shutil.copy(prog.executable, starter)
             man = assemble(tmp, kimg, spec.config, prog.name, starter, ukl, spec.userspace, spec.files,
                            spec.overlays, spec.perf)

@@ -68,6 +68,23 @@ def fragments(name: str) -> list[Path]:
     return chain
 
 
+COMPRESSION_DIR = CONFIG_DIR / "compression"
+
+
+def compressions() -> list[str]:
+    """The kernel compressions `ukl build --compression` offers (LZ4, the
+    configurations' own, first)."""
+    names = sorted(p.stem for p in COMPRESSION_DIR.glob("*.config"))
+    return sorted(names, key=lambda n: n != "lz4")
+
+
+def compression_fragment(name: str) -> Path:
+    path = COMPRESSION_DIR / f"{name}.config"
+    if not re.fullmatch(r"[a-z0-9]+", name) or not path.is_file():
+        raise UklError(f"unknown kernel compression '{name}'", f"choose one of: {', '.join(compressions())}")
+    return path
+
+
 def _wanted(frags: list[Path]) -> dict[str, str]:
     wanted: dict[str, str] = {}
     for f in frags:
@@ -210,10 +227,9 @@ def build_logic() -> str:
     return hashlib.sha256(code.encode()).hexdigest()
 
 
-def configure(tree: Path, bdir: Path, name: str, tree_key: str) -> None:
-    """.config for NAME in BDIR, redone when the fragments, the tree (whose
-    Kconfig decides dependencies) or this code change."""
-    frags = fragments(name)
+def configure(tree: Path, bdir: Path, name: str, tree_key: str, frags: list[Path]) -> None:
+    """.config for NAME from FRAGS in BDIR, redone when the fragments, the
+    tree (whose Kconfig decides dependencies) or this code change."""
     wanted: dict[str, str] = {}
     for f in frags:
         wanted.update(parse_fragment(f.read_text()))
@@ -242,9 +258,12 @@ def is_ukl(name: str) -> bool:
     return _wanted(fragments(name)).get("CONFIG_UNIKERNEL_LINUX") == "y"
 
 
-def build(name: str, app: Path | None = None) -> KernelImage:
+def build(name: str, app: Path | None = None, compression: str | None = None) -> KernelImage:
     """Build the kernel for configuration NAME, with the UKL application
-    object APP linked in if given (cached by content). Every configuration
+    object APP linked in if given (cached by content), compressed with
+    COMPRESSION (kernel/configs/compression; None: the configuration's).
+    A compression shares NAME's build directory: only the compressed
+    image is remade. Every configuration
     is built from the one patched tree, so builds (and anything that
     brings the tree to a series) hold its lock: two checkouts with
     different series, or two test runs, take turns instead of building
@@ -254,7 +273,7 @@ def build(name: str, app: Path | None = None) -> KernelImage:
     src, tree = sources.linux_tree()
     with lock.held(TREE_LOCK, "the kernel tree"):
         tree_key = sync_tree(tree)
-        frags = fragments(name)
+        frags = fragments(name) + ([compression_fragment(compression)] if compression else [])
         app_key = hashlib.sha256(app.read_bytes()).hexdigest() if app else ""
         h = hashlib.sha256()
         for part in (src.version, tree_key, build_logic(), app_key):
@@ -266,7 +285,7 @@ def build(name: str, app: Path | None = None) -> KernelImage:
         if (out / "bzImage").is_file():
             return KernelImage(name, key, out / "bzImage", out / "vmlinux", (out / "release").read_text().strip())
         bdir = cache_dir() / "build" / name
-        configure(tree, bdir, name, tree_key)
+        configure(tree, bdir, name, tree_key, frags)
         make_vars = []
         if app:
             # A fixed path, rewritten only when the content changes: make
