@@ -218,7 +218,7 @@ def test_json_round_trip_has_the_issues_fields(tmp_path):
 
 def test_markdown_shows_ours_beside_the_peers_with_sources(tmp_path):
     md = bootbench.markdown(sample(), tmp_path / "boot.png", tmp_path / "boot.md")
-    assert "| hello | linux | pc-plain | 4.10 (3.30 + 0.80) | 20.00 / 5.00 / 2.00 | 309.0 |" in md
+    assert "| hello | linux | pc-plain | gzip | 4.10 (3.30 + 0.80) | 20.00 / 5.00 / 2.00 | 309.0 |" in md
     assert "309.0 *" in md and "the CPU idled" in md          # an inexact row is marked
     assert "| 400.0 |" in md and "wall, TCG" in md
     assert "40 (fails at 39)" in md
@@ -226,6 +226,21 @@ def test_markdown_shows_ours_beside_the_peers_with_sources(tmp_path):
     for peer in bootbench.load_peers():
         assert peer.name in md and peer.source in md
     assert "Lupine" in md and "Unikraft" in md and "hckuo2/Lupine-Linux" in md and "eurosys21-artifacts" in md
+
+
+def test_specialized_rows_are_checked_against_the_targets():
+    rep = sample()
+    assert "issue 36's targets" not in bootbench.markdown(rep, None)   # no specialized row: no section
+    rep.rows.append(row("redis", "special-0123456789ab", specialized=True, boot="pc", image_bytes=2_500_000,
+                        boot_to_main_ns=100_000_000, first_reply_ns=110_000_000, min_memory_mib=32))
+    md = bootbench.markdown(rep, None)
+    assert "## Against issue 36's targets" in md and "Lupine's redis" in md
+    assert "| redis | pc | image MB | 2.50 | 2.6 | met |" in md
+    assert "| redis | pc | boot to main() ms | 100.00 | 20 | missed (5.0x) |" in md
+    assert "| redis | pc | first reply ms | 110.00 | 25 | missed (4.4x) |" in md
+    assert "| redis | pc | least memory MiB | 32.00 | 16 | missed (2.0x) |" in md
+    goals = {g.app: g for g in bootbench.load_targets()}
+    assert goals["redis"].image_mb == 2.6 and goals["examples/hello/hello.c"].boot_to_main_ms == 10
 
 
 def test_peers_file_has_sources_and_the_issues_figures():
