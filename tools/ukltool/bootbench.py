@@ -38,7 +38,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 from rich.table import Table
 
-from ukltool import bench, bzimage, image, initramfs, kernel, plugin, recipes, specialize, ui, vm
+from ukltool import bench, bzimage, image, initramfs, kernel, lock, plugin, recipes, specialize, ui, vm
 from ukltool.errors import UklError
 from ukltool.paths import REPO, cache_dir
 
@@ -539,27 +539,30 @@ def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, 
     how = BOOTS[boot]
     out = image_dir(t.label, config + ("-specialized" if specialized else "") + (f"-{compression}" if compression
                                                                                   else ""))
-    man = build_image(t, config, out, specialized, compression)
-    config = man.config
-    compressed = bzimage.compression((out / "bzImage").read_bytes(), str(out / "bzImage"))
-    sizes = image_sizes(out, man.vmlinux_path())
-    if how.direct:
-        # What the VMM loads: the uncompressed kernel, and the initramfs
-        sizes.kernel_bytes = len(bzimage.direct_kernel((out / "bzImage").read_bytes(), str(out / "bzImage"))[0])
-    runs = []
-    for i in range(repeat):
-        with ui.step(f"booting {t.label} under '{config}', {boot} (run {i + 1} of {repeat})"):
-            runs.append(measure(out, man, t, icount, memory, timeout, i, how))
-    first = runs[0]
-    least: int | None = None
-    trials: list[tuple[int, bool]] = []
-    if mem_range is not None:
-        lo, hi = mem_range
-        with ui.step(f"bisecting {t.label}'s least memory under '{config}', {boot} ({lo}..{hi} MiB)") as st:
-            def ok(mib: int) -> bool:
-                st.update(f"{mib} MiB")
-                return smoke_passes(out, man, t, icount, mib, how)
-            least, trials = bisect_memory(ok, lo, hi, steps)
+    # Two benchmarks at once (a test beside `make results-boot`) take turns
+    # on the image directory instead of rebuilding it under each other.
+    with lock.held(f"bench-boot-{out.name}", f"the boot benchmark's image {out.name}"):
+        man = build_image(t, config, out, specialized, compression)
+        config = man.config
+        compressed = bzimage.compression((out / "bzImage").read_bytes(), str(out / "bzImage"))
+        sizes = image_sizes(out, man.vmlinux_path())
+        if how.direct:
+            # What the VMM loads: the uncompressed kernel, and the initramfs
+            sizes.kernel_bytes = len(bzimage.direct_kernel((out / "bzImage").read_bytes(), str(out / "bzImage"))[0])
+        runs = []
+        for i in range(repeat):
+            with ui.step(f"booting {t.label} under '{config}', {boot} (run {i + 1} of {repeat})"):
+                runs.append(measure(out, man, t, icount, memory, timeout, i, how))
+        first = runs[0]
+        least: int | None = None
+        trials: list[tuple[int, bool]] = []
+        if mem_range is not None:
+            lo, hi = mem_range
+            with ui.step(f"bisecting {t.label}'s least memory under '{config}', {boot} ({lo}..{hi} MiB)") as st:
+                def ok(mib: int) -> bool:
+                    st.update(f"{mib} MiB")
+                    return smoke_passes(out, man, t, icount, mib, how)
+                least, trials = bisect_memory(ok, lo, hi, steps)
     notes = list(first.notes)
     if len({r.instructions for r in runs}) > 1:
         notes.append("the runs' instruction counts differ")
