@@ -312,6 +312,25 @@ def test_recipe_dependencies_are_built_first_and_their_prefixes_substituted(tmp_
         recipes.options(recipes.load("app"), "base")
 
 
+def test_recipe_directory_placeholder_names_the_recipe_that_wrote_it(tmp_path, monkeypatch):
+    """{recipe} in configure and make arguments: the directory of the recipe
+    whose file has it (lighttpd's plugin-static.h on the include path)."""
+    from ukltool import recipes
+    monkeypatch.setattr(recipes, "APPS_DIR", tmp_path)
+    head = 'description = "x"\n[source]\npackage = "x"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
+    for name, build in (("base", 'program = "p"\nconfigure_args = ["-DCMAKE_C_FLAGS=-I{recipe}"]\n'
+                                 'make_args = ["CONF={recipe}/x.conf"]\n'),
+                        ("child", 'make_args = ["MORE={recipe}"]\n')):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "recipe.toml").write_text(
+            ('extends = "base"\ndescription = "y"\n' if name == "child" else head) + "[build]\n" + build)
+    r = recipes.load("base")
+    assert r.build.configure_args == [f"-DCMAKE_C_FLAGS=-I{tmp_path / 'base'}"]
+    assert r.build.make_args == [f"CONF={tmp_path / 'base'}/x.conf"]
+    c = recipes.load("child")   # its own arguments name its own directory, the parent's the parent's
+    assert c.build.configure_args == r.build.configure_args and c.build.make_args == [f"MORE={tmp_path / 'child'}"]
+
+
 def test_app_benchmark_scripts_results_and_report():
     from ukltool import appbench, recipes
     assert {"redis", "memcached", "nginx", "sqlite3", "leveldb"} <= set(appbench.names())

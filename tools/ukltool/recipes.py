@@ -178,6 +178,14 @@ def _read(name: str) -> tuple[dict[str, Any], str]:
             raise UklError(f"{where} [source]: patches are file names in the recipe's directory",
                            'e.g. patches = ["fix.patch"]')
         src["patches"] = [str(APPS_DIR / name / p) for p in src["patches"]]
+    bld = data.get("build")
+    if isinstance(bld, dict):
+        # {recipe} in configure and make arguments: this recipe's directory
+        # (a header shipped beside it, on the compiler's include path)
+        for key in ("configure_args", "make_args"):
+            if isinstance(bld.get(key), list):
+                bld[key] = [x.replace("{recipe}", str(APPS_DIR / name)) if isinstance(x, str) else x
+                            for x in bld[key]]
     if isinstance(img, dict) and isinstance(img.get("files"), list):
         img["files"] = [[str(APPS_DIR / name / f[0]), *f[1:]] if isinstance(f, list) and f and isinstance(f[0], str)
                         else f for f in img["files"]]
