@@ -675,9 +675,15 @@ def load_targets(path: Path = TARGETS_FILE) -> list[Goal]:
 def target_rows(report: Report, goals: list[Goal]) -> list[str]:
     """Each target against each specialized row of its application: the
     figure, the target, met or missed."""
-    out = ["| app | boot | figure | specialized kernel | target | |", "|---|---|---|---|---|---|"]
+    out = ["| app | kernel | boot | figure | measured | target | |", "|---|---|---|---|---|---|---|"]
+    origin: dict[int, str] = {}   # a specialized row's origin: the general row before it
+    last = "-"
+    for i, r in enumerate(report.rows):
+        if not r.specialized:
+            last = r.config
+        origin[i] = last
     for g in goals:
-        for r in (r for r in report.rows if r.specialized and r.app == g.app):
+        for i, r in ((i, r) for i, r in enumerate(report.rows) if r.specialized and r.app == g.app):
             figures = (("image MB", r.image_bytes / MB, g.image_mb),
                        ("boot to main() ms", None if r.boot_to_main_ns is None else r.boot_to_main_ns / 1e6,
                         g.boot_to_main_ms),
@@ -687,7 +693,7 @@ def target_rows(report: Report, goals: list[Goal]) -> list[str]:
             for what, got, want in figures:
                 if want is None or got is None:
                     continue
-                out.append(f"| {g.app} | {r.boot} | {what} | {got:.2f} | {want:g} | "
+                out.append(f"| {g.app} | {r.config} (from {origin[i]}) | {r.boot} | {what} | {got:.2f} | {want:g} | "
                            f"{'met' if got <= want else f'missed ({got / want:.1f}x)'} |")
     return out
 
