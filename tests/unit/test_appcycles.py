@@ -95,10 +95,10 @@ def test_counts_survive_json_and_take_another_cost_table(tmp_path):
     appbench.save_json([rep], path)
     (back,) = appbench.load_json(path)
     assert back.model == rep.model and back.baseline == "linux-mitigated"
-    again = appcycles.remodel(back.model, cyclemodel.DEFAULT_CPU)
+    again = cyclemodel.remodel(back.model, cyclemodel.DEFAULT_CPU)
     assert again.results == rep.model.results and again.cpu == cyclemodel.DEFAULT_CPU
     with pytest.raises(UklError, match="no counts of costly instructions"):
-        appcycles.remodel(None, cyclemodel.DEFAULT_CPU)
+        cyclemodel.remodel(None, cyclemodel.DEFAULT_CPU)
 
 
 def test_model_without_icount_is_refused(capsys):

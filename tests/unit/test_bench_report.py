@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ukltool import bench
+from ukltool import bench, benchcommon
 from ukltool.errors import UklError
 
 RUN = """noise
@@ -64,14 +64,14 @@ def test_improvement_in_instructions_and_modelled_cycles(tmp_path):
 
 
 def test_the_baseline_is_the_first_configuration_without_ukl(tmp_path):
-    assert bench.baseline(["base", "base+byp"]) == ["linux", "base", "base+byp"]
-    assert bench.baseline(["base", "linux"]) == ["linux", "base"]
-    assert bench.baseline(["base", "base", "linux"]) == ["linux", "base"]
+    assert benchcommon.baseline(["base", "base+byp"]) == ["linux", "base", "base+byp"]
+    assert benchcommon.baseline(["base", "linux"]) == ["linux", "base"]
+    assert benchcommon.baseline(["base", "base", "linux"]) == ["linux", "base"]
     # the baseline on another CPU than a configuration compared with it
-    assert bench.cpu_mismatch(["linux", "base", "base+byp"]) is None
-    assert bench.cpu_mismatch(["linux-mitigated", "base-mitigated+ret"]) is None
-    assert "linux-mitigated" in (bench.cpu_mismatch(["linux", "base-mitigated"]) or "")
-    assert bench.baseline(["base-mitigated", "linux-mitigated", "base-mitigated+ret"]) == \
+    assert benchcommon.cpu_mismatch(["linux", "base", "base+byp"]) is None
+    assert benchcommon.cpu_mismatch(["linux-mitigated", "base-mitigated+ret"]) is None
+    assert "linux-mitigated" in (benchcommon.cpu_mismatch(["linux", "base-mitigated"]) or "")
+    assert benchcommon.baseline(["base-mitigated", "linux-mitigated", "base-mitigated+ret"]) == \
         ["linux-mitigated", "base-mitigated", "base-mitigated+ret"]
     r = bench.Report(unit="guest instructions", accel="tcg", icount=True, quick=True, machine="m",
                      configs=["linux-mitigated", "base-mitigated"], baseline="linux-mitigated",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ukltool import bench, insnprofile
+from ukltool import bench, cyclemodel, insnprofile
 from ukltool.errors import UklError
 
 K = 0xFFFFFFFF81000000
@@ -35,12 +35,15 @@ def test_bad_points_are_named(spec, what):
 
 
 def test_the_plugin_profile_is_read_and_checked():
-    text = json.dumps({"profile": [[3, 10, [K, K + 4]], [4, 1, [5]]]})
-    assert insnprofile.read_profile(text) == [(3, 10, (K, K + 4)), (4, 1, (5,))]
+    head = {"plugin": "insnclass", "format": 1, "classes": [*cyclemodel.CLASSES, "other"], "unbalanced": 0,
+            "total": {"insns": 0, "counts": {}}, "regions": []}
+    text = json.dumps({**head, "profile": [[3, 10, [K, K + 4]], [4, 1, [5]]]})
+    assert cyclemodel.parse_report(text, profile=True).profile == [(3, 10, (K, K + 4)), (4, 1, (5,))]
+    assert cyclemodel.parse_report(text).profile is None  # read only where asked for
     for bad in ({}, {"profile": {}}, {"profile": [[1, -1, [K]]]}, {"profile": [[1, 2]]},
                 {"profile": [[1, True, [K]]]}):
         with pytest.raises(UklError, match="cannot read the profile"):
-            insnprofile.read_profile(json.dumps(bad), "r.json")
+            cyclemodel.parse_report(json.dumps({**head, **bad}), "r.json", profile=True)
 
 
 def test_symbols_name_the_nearest_symbol_below():
@@ -153,18 +156,19 @@ def test_bench_profile_config_checks_the_regions(tmp_path: Path, monkeypatch):
     counts = tmp_path / "insnclass.json"
     counts.write_text(json.dumps({
         "plugin": "insnclass", "format": 1, "vcpus": 1, "inline": True,
-        "classes": [*bench.cyclemodel.CLASSES, "other"], "unbalanced": 0,
+        "classes": [*cyclemodel.CLASSES, "other"], "unbalanced": 0,
         "total": {"insns": 10, "counts": {}}, "outside": {"insns": 0, "counts": {}},
         "regions": [{"id": 0, "iterations": 2, "insns": 10, "insns_min": 5, "insns_max": 5, "counts": {}}],
         "profile": [[0, 2, [K, K + 1]], [0, 1, [0x400000]]]}))
     monkeypatch.setattr(insnprofile, "load_symbols", lambda path: insnprofile.Symbols([(K, "fn")]))
     console = "REGION 0 getppid 0 2\n"
-    got = bench.profile_config(counts, console, tmp_path / "vmlinux", [("getppid", 0)], "linux")
+    seen = cyclemodel.read_report(counts, profile=True)
+    got = bench.profile_config(seen, console, tmp_path / "vmlinux", [("getppid", 0)], "linux")
     assert got == [insnprofile.OpProfile("getppid", 0, 2, {"fn": 2.0, insnprofile.USER: 0.5})]
     with pytest.raises(UklError, match="ran no point read:1"):
-        bench.profile_config(counts, console, tmp_path / "vmlinux", [("read", 1)], "linux")
+        bench.profile_config(seen, console, tmp_path / "vmlinux", [("read", 1)], "linux")
     with pytest.raises(UklError, match="saw 2 iterations"):
-        bench.profile_config(counts, "REGION 0 getppid 0 3\n", tmp_path / "vmlinux", [("getppid", 0)], "linux")
+        bench.profile_config(seen, "REGION 0 getppid 0 3\n", tmp_path / "vmlinux", [("getppid", 0)], "linux")
 
 
 def test_application_loads_are_profiled_per_request(tmp_path: Path, monkeypatch):
@@ -174,13 +178,13 @@ def test_application_loads_are_profiled_per_request(tmp_path: Path, monkeypatch)
     region = {"iterations": 1, "insns": 8000, "insns_min": 8000, "insns_max": 8000, "counts": {}}
     counts.write_text(json.dumps({
         "plugin": "insnclass", "format": 1, "vcpus": 1, "inline": True,
-        "classes": [*bench.cyclemodel.CLASSES, "other"], "unbalanced": 0,
+        "classes": [*cyclemodel.CLASSES, "other"], "unbalanced": 0,
         "total": {"insns": 9000, "counts": {}}, "outside": {"insns": 0, "counts": {}},
         "regions": [{"id": 0, **region}, {"id": 1, **region}],
         "profile": [[0, 4000, [K, K + 1]], [1, 100, [K]], [1, 300, [0x401000]]]}))
     monkeypatch.setattr(insnprofile, "load_symbols", lambda path: insnprofile.Symbols([(K, "tcp_sendmsg")]))
     loads = [appbench.Point("get", 30, 16, 1000, 5, 6), appbench.Point("set", 30, 16, 100, 5, 6)]
-    got = appbench.load_profiles(counts, loads, tmp_path / "vmlinux")
+    got = appbench.load_profiles(cyclemodel.read_report(counts, profile=True), loads, tmp_path / "vmlinux")
     assert [(p.op, p.iterations, p.functions) for p in got] == [
         (loads[0].label, 1000, {"tcp_sendmsg": 8.0}),
         (loads[1].label, 100, {insnprofile.USER: 3.0, "tcp_sendmsg": 1.0})]

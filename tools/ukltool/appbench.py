@@ -13,7 +13,6 @@ are timed the same way as a whole. What each application runs is the
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import shlex
 import statistics
@@ -26,7 +25,7 @@ from rich.table import Table
 from ukltool import (
     appcycles,
     applatency,
-    bench,
+    benchcommon,
     columns,
     cyclemodel,
     image,
@@ -34,16 +33,17 @@ from ukltool import (
     insnprofile,
     plugin,
     recipes,
+    reporting,
     ui,
     vm,
 )
+from ukltool.benchcommon import BASELINE
 from ukltool.errors import UklError
 from ukltool.paths import REPO, cache_dir
 from ukltool.proc import host_cc, run
 
 LOADER = REPO / "bench" / "appload.c"
 LOADER_SOURCES = [LOADER, REPO / "bench" / "region.h"]
-BASELINE = "linux"
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class AppReport:
     results: dict[str, list[Point]] = field(default_factory=dict)   # the median of the runs
     runs: int = 1
     spread: dict[str, dict[str, float]] = field(default_factory=dict)  # (max - min) / median per load
-    baseline: str = BASELINE  # what the others are compared with (bench.baseline())
+    baseline: str = BASELINE  # what the others are compared with (benchcommon.baseline())
     model: appcycles.AppModel | None = None  # --model cycles: classed instructions per load
     latency: dict[str, list[applatency.RatePoint]] = field(default_factory=dict)  # open-loop loads
     # --by-function: per configuration, each load's guest instructions per request by function
@@ -135,13 +135,14 @@ def parse(text: str) -> list[Point]:
     return pts
 
 
-def load_profiles(counts: Path, loads: list[Point], vmlinux: Path) -> list[insnprofile.OpProfile]:
-    """Each load's region (load K is region K): the whole guest's
-    instructions per request, by function."""
-    text = counts.read_text()
+def load_profiles(report: cyclemodel.PluginReport, loads: list[Point], vmlinux: Path,
+                  source: str = "the plugin's report") -> list[insnprofile.OpProfile]:
+    """Each load's region (load K is region K) in the plugin's REPORT (read
+    with its profile): the whole guest's instructions per request, by
+    function."""
     # every load entered its region exactly once (appcycles checks it)
-    appcycles.load_counts(cyclemodel.parse_report(text, str(counts)), loads, str(counts))
-    entries = insnprofile.read_profile(text, str(counts))
+    appcycles.load_counts(report, loads, source)
+    entries = report.profile or []
     symbols = insnprofile.load_symbols(vmlinux)
     return [insnprofile.OpProfile(p.label, 0, p.requests, insnprofile.per_function(entries, k, p.requests,
                                                                                    symbols.name))
@@ -159,17 +160,15 @@ def run_app(name: str, configs: list[str], icount: bool, requests: int | None, t
     r = recipes.load(name)
     if r.bench is None:
         raise UklError(f"apps/{name}/recipe.toml has no [bench] section", "benchmarks: " + ", ".join(names()))
-    configs = bench.baseline(configs)
-    mismatch = bench.cpu_mismatch(configs)
+    configs = benchcommon.baseline(configs)
+    mismatch = benchcommon.cpu_mismatch(configs)
     if mismatch:
         ui.warn(mismatch)
-    report = AppReport(name, r.description, icount, "", bench.machine(), configs, runs=repeat, baseline=configs[0])
+    report = AppReport(name, r.description, icount, "", benchcommon.machine(), configs, runs=repeat,
+                       baseline=configs[0])
+    cyclemodel.check_icount(icount, model_cpu, profile)
     if model_cpu is not None:
-        if not icount:
-            raise UklError("--model cycles needs --icount", "the model adds to guest instruction counts")
         report.model = appcycles.new_model(cyclemodel.load_table(model_cpu))
-    if profile and not icount:
-        raise UklError("--by-function needs --icount", "the profile counts guest instructions")
     so = plugin.build() if report.model or profile else None
     appload = loader()
     outs = {}
@@ -207,12 +206,12 @@ def run_app(name: str, configs: list[str], icount: bool, requests: int | None, t
             if so and i == 0 and not counts.is_file():
                 raise UklError(f"the QEMU plugin wrote no report under '{config}' ({counts})",
                                "see the console log; is the plugin loadable by this QEMU?")
-            if profile and i == 0:
-                report.profiles[config] = load_profiles(counts, runs[config][0], vmlinux[config])
-            if report.model and i == 0:
-                report.model.results[config] = appcycles.load_counts(
-                    cyclemodel.parse_report(counts.read_text(), str(counts)), runs[config][0],
-                    f"the {name} benchmark under '{config}'")
+            seen = cyclemodel.read_report(counts, profile) if so and i == 0 else None
+            if profile and seen:
+                report.profiles[config] = load_profiles(seen, runs[config][0], vmlinux[config], str(counts))
+            if report.model and seen:
+                report.model.results[config] = appcycles.load_counts(seen, runs[config][0],
+                                                                     f"the {name} benchmark under '{config}'")
     for config, rs in runs.items():
         report.results[config], report.spread[config] = combine(rs)
         if r.bench.latency:
@@ -306,19 +305,19 @@ def markdown(reports: list[AppReport], plot_file: Path | None = None, md_file: P
              only: str | None = None) -> str:
     model = next((r.model for r in reports if r.model), None)
     out = ["# Applications: " + " vs ".join(reports[0].configs if reports else []), "",
-           f"Generated by `./ukl bench app{' ' + ' '.join(only.split(',')) if only else ''} --configs "
-           + ",".join(reports[0].configs if reports else [])
-           + (" --icount" if reports and reports[0].icount else "")
-           + (" --model cycles" + (f" --cpu {model.cpu}" if model.cpu != cyclemodel.DEFAULT_CPU else "")
-              if model else "")
-           + (f" --repeat {reports[0].runs}" if reports and reports[0].runs > 1 else "")
-           + (" --by-function" if any(r.profiles for r in reports) else "")
-           + f" --markdown {shown(md_file) if md_file else 'docs/results-apps.md'}`;"
-           " do not edit by hand.", ""]
+           reporting.generated_by(
+               f"./ukl bench app{' ' + ' '.join(only.split(',')) if only else ''} --configs "
+               + ",".join(reports[0].configs if reports else [])
+               + (" --icount" if reports and reports[0].icount else "")
+               + (" --model cycles" + (f" --cpu {model.cpu}" if model.cpu != cyclemodel.DEFAULT_CPU else "")
+                  if model else "")
+               + (f" --repeat {reports[0].runs}" if reports and reports[0].runs > 1 else "")
+               + (" --by-function" if any(r.profiles for r in reports) else "")
+               + f" --markdown {shown(md_file) if md_file else 'docs/results-apps.md'}"), ""]
     if reports:
         r0 = reports[0]
         out += [f"Machine: {r0.machine}. Accelerator: {r0.accel.upper()}, 1 vCPU"
-                + (bench.ICOUNT_NOTE if r0.icount else "") + ".", "",
+                + (benchcommon.ICOUNT_NOTE if r0.icount else "") + ".", "",
                 "Each server runs from its recipe's image (Debian's unmodified source, built with ukl-cc or "
                 "ukl-c++) and is loaded from inside the same guest over loopback by `bench/appload.c`, "
                 "which checks every response and reads the server's CPU time (all its threads; for nginx "
@@ -418,15 +417,12 @@ def from_dicts(data: list[dict]) -> list[AppReport]:
 
 
 def save_json(reports: list[AppReport], path: Path) -> None:
-    path.write_text(json.dumps(to_dicts(reports), indent=1) + "\n")
+    reporting.save_json(to_dicts(reports), path)
 
 
 def load_json(path: Path) -> list[AppReport]:
-    try:
-        return from_dicts(json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
-        raise UklError(f"cannot read application benchmark results from {path}: {e}",
-                       "give a file written by `ukl bench app --json`") from None
+    return reporting.load_json(path, from_dicts, "application benchmark results",
+                               "give a file written by `ukl bench app --json`")
 
 
 def plot(reports: list[AppReport], path: Path) -> None:
@@ -452,9 +448,7 @@ def plot(reports: list[AppReport], path: Path) -> None:
 def plot_ratios(labels: list[str], ratios: dict[str, list[float]], path: Path, xlabel: str,
                 xlim: tuple[float, float] | None = None, baseline: str = BASELINE) -> None:
     """Horizontal bars: per label, each configuration's ratio to linux."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = reporting.pyplot()
 
     fig, ax = plt.subplots(figsize=(12, 0.32 * len(labels) + 1.5))
     height = 0.8 / max(1, len(ratios))
@@ -469,5 +463,4 @@ def plot_ratios(labels: list[str], ratios: dict[str, list[float]], path: Path, x
     ax.set_xlabel(xlabel)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    reporting.save_plot(fig, path)

@@ -92,15 +92,6 @@ def load_counts(report: cyclemodel.PluginReport, loads: Sequence[Load], source: 
     return out
 
 
-def remodel(model: AppModel | None, cpu: str) -> AppModel:
-    """Saved counts (`--from-json`) under another cost table."""
-    if model is None:
-        raise UklError("these results have no counts of costly instructions",
-                       "run `ukl bench ... --icount --model cycles --json FILE` first")
-    table = cyclemodel.load_table(cpu)
-    return AppModel(table.cpu, table.name, table.extra(), model.results)
-
-
 def from_dict(data: dict[str, Any] | None) -> AppModel | None:
     """The model as saved in a report's JSON (dataclasses.asdict)."""
     if data is None:

@@ -18,7 +18,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from ukltool import columns, recipes
+from ukltool import columns, recipes, reporting
 from ukltool.errors import UklError
 
 
@@ -150,9 +150,7 @@ def markdown(latency: dict[str, list[RatePoint]], configs: list[str], baseline: 
 def plot(series: dict[str, dict[str, list[RatePoint]]], path: Path, baseline: str) -> None:
     """p99 (solid) and p50 (dashed) against offered load, one panel per
     application, one line per configuration (Fig. 6.11's axes)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = reporting.pyplot()
 
     apps = [a for a, lat in series.items() if any(lat.values())]
     fig, axes = plt.subplots(1, max(1, len(apps)), figsize=(6.5 * max(1, len(apps)), 4.5), squeeze=False)
@@ -168,5 +166,4 @@ def plot(series: dict[str, dict[str, list[RatePoint]]], path: Path, baseline: st
         ax.set_title(f"{app}: latency against offered load (baseline {baseline})")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    reporting.save_plot(fig, path)

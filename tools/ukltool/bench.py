@@ -4,22 +4,19 @@ or the first configuration without UKL that --configs names)."""
 
 from __future__ import annotations
 
-import json
-import os
-import platform
 import re
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.table import Table
 
-from ukltool import cyclemodel, image, initramfs, insnprofile, kernel, plugin, ui, vm
+from ukltool import benchcommon, cyclemodel, image, initramfs, insnprofile, kernel, plugin, reporting, ui, vm
+from ukltool.benchcommon import BASELINE
 from ukltool.errors import UklError
 from ukltool.paths import REPO, cache_dir
 
 SOURCE = REPO / "bench" / "lebench.c"
-BASELINE = "linux"
 SMALL_OPS = [("getppid", 0), ("read", 1), ("write", 1), ("sendto", 1), ("recvfrom", 1),
              ("mmap+munmap", 4096), ("page-fault", 4096), ("stack-fault", 4096),
              ("thread-create+join", 0), ("context-switch", 0)]
@@ -43,7 +40,7 @@ class Report:
     quick: bool
     machine: str
     configs: list[str]
-    baseline: str = BASELINE  # what the others are compared with: see baseline()
+    baseline: str = BASELINE  # what the others are compared with: see benchcommon.baseline()
     cpus: dict[str, str] = field(default_factory=dict)  # QEMU's -cpu per configuration (TCG)
     kernels: dict[str, str] = field(default_factory=dict)
     results: dict[str, list[Point]] = field(default_factory=dict)
@@ -52,8 +49,6 @@ class Report:
     profiled: list[tuple[str, int]] = field(default_factory=list)
     profiles: dict[str, list[insnprofile.OpProfile]] = field(default_factory=dict)
 
-
-ICOUNT_NOTE = " with `-icount shift=0,sleep=off`, so one unit is one guest instruction and runs repeat exactly"
 
 def parse(text: str) -> list[Point]:
     """BENCH lines of one run; an unfinished run is an error."""
@@ -77,50 +72,17 @@ def rows(report: Report) -> list[tuple[str, int, dict[str, Point]]]:
             for op, size in order]
 
 
-def machine() -> str:
-    model = "unknown CPU"
-    try:
-        m = re.search(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M)
-        model = m.group(1) if m else model
-    except OSError:
-        pass
-    return f"{platform.machine()}, {model}, {os.cpu_count()} host CPUs, host kernel {platform.release()}"
-
-
-def baseline(configs: list[str]) -> list[str]:
-    """The configurations to run, the baseline first: the first one without
-    UKL (linux-mitigated for the mitigated ones), else linux added."""
-    configs = list(dict.fromkeys(configs))
-    stock = [c for c in configs if not kernel.is_ukl(c)]
-    first = stock[0] if stock else BASELINE
-    return [first, *(c for c in configs if c != first)]
-
-
-def cpu_mismatch(configs: list[str]) -> str | None:
-    """A warning where the baseline boots on another TCG CPU than some
-    configuration compared with it (different mitigations run)."""
-    base_cpu = kernel.tcg_cpu(configs[0])
-    other = [c for c in configs[1:] if kernel.tcg_cpu(c) != base_cpu]
-    if not other:
-        return None
-    return (f"{', '.join(other)} boot on another CPU than the baseline {configs[0]} under TCG "
-            f"({kernel.tcg_cpu(other[0])} against {base_cpu}): Linux runs other mitigations there; "
-            f"name a baseline on the same CPU first in --configs (e.g. linux-mitigated)")
-
-
 def profile_points(spec: str) -> list[tuple[str, int]]:
     """--by-function's points (OP or OP:BYTES), checked against lebench's."""
     ops = list(dict.fromkeys([op for op, _ in SMALL_OPS] + SIZED_OPS))
     return insnprofile.parse_points(spec, ops)
 
 
-def profile_config(counts: Path, console: str, vmlinux: Path, points: list[tuple[str, int]],
+def profile_config(report: cyclemodel.PluginReport, console: str, vmlinux: Path, points: list[tuple[str, int]],
                    config: str) -> list[insnprofile.OpProfile]:
     """The profiled points of one configuration's run: its plugin report
-    COUNTS, its REGION lines and its kernel's symbols."""
-    text = counts.read_text()
-    report = cyclemodel.parse_report(text, str(counts))
-    entries = insnprofile.read_profile(text, str(counts))
+    (read with its profile), its REGION lines and its kernel's symbols."""
+    entries = report.profile or []
     symbols = insnprofile.load_symbols(vmlinux)
     regions = {(op, size): (rid, n) for rid, (op, size, n) in cyclemodel.parse_regions(console).items()}
     out = []
@@ -143,20 +105,17 @@ def run(configs: list[str], icount: bool, quick: bool, timeout: float, model_cpu
     """MODEL_CPU: also count classed instructions with our QEMU plugin and
     model cycles with bench/costs/MODEL_CPU.toml (needs --icount). PROFILE:
     these points' instructions by function (insnprofile; needs --icount)."""
-    configs = baseline(configs)
-    warning = cpu_mismatch(configs)
+    configs = benchcommon.baseline(configs)
+    warning = benchcommon.cpu_mismatch(configs)
     if warning:
         ui.warn(warning)
     report = Report(unit="guest instructions" if icount else "ns (TCG wall clock: relative only)",
-                    accel="", icount=icount, quick=quick, machine=machine(), configs=configs,
+                    accel="", icount=icount, quick=quick, machine=benchcommon.machine(), configs=configs,
                     baseline=configs[0])
+    cyclemodel.check_icount(icount, model_cpu, profile)
     if model_cpu is not None:
-        if not icount:
-            raise UklError("--model cycles needs --icount", "the model adds to guest instruction counts")
         report.model = cyclemodel.new_model(cyclemodel.load_table(model_cpu))
     if profile:
-        if not icount:
-            raise UklError("--by-function needs --icount", "the profile counts guest instructions")
         report.profiled = profile
     so = plugin.build() if report.model or profile else None
     for config in configs:
@@ -182,13 +141,12 @@ def run(configs: list[str], icount: bool, quick: bool, timeout: float, model_cpu
         if so and not counts.is_file():
             raise UklError(f"the QEMU plugin wrote no report under '{config}' ({counts})",
                            f"see {out / 'console.log'}")
-        if profile:
-            report.profiles[config] = profile_config(counts, (out / "console.log").read_text(errors="replace"),
-                                                     man.vmlinux_path(), profile, config)
-        if report.model:
-            report.model.results[config] = cyclemodel.op_counts(
-                cyclemodel.parse_report(counts.read_text(), str(counts)),
-                cyclemodel.parse_regions((out / "console.log").read_text(errors="replace")), config)
+        seen = cyclemodel.read_report(counts, bool(profile)) if so else None
+        console = (out / "console.log").read_text(errors="replace")
+        if profile and seen:
+            report.profiles[config] = profile_config(seen, console, man.vmlinux_path(), profile, config)
+        if report.model and seen:
+            report.model.results[config] = cyclemodel.op_counts(seen, cyclemodel.parse_regions(console), config)
     return report
 
 
@@ -248,7 +206,7 @@ def markdown(report: Report, plot: Path | None) -> str:
            f"{' --icount' if report.icount else ''}{' --quick' if report.quick else ''}`: "
            f"bench/lebench.c, a freestanding program (no C library) built unchanged for every "
            f"configuration, booted under QEMU ({report.accel.upper()}, `-cpu {cpu}`, 1 vCPU)"
-           f"{ICOUNT_NOTE if report.icount else ''}. "
+           f"{benchcommon.ICOUNT_NOTE if report.icount else ''}. "
            f"Each point: warm-up, then {'1,000' if report.quick else '10,000'} iterations timed with RDTSCP, "
            f"median and 99th percentile; buffers are mmap'ed and pre-faulted; output is held until the end "
            f"and address-space randomization is off (`norandmaps`) so that runs repeat. Unit: {report.unit}.")
@@ -264,7 +222,7 @@ def markdown(report: Report, plot: Path | None) -> str:
             summary.append(f"`{c}` against `{report.baseline}`: from {lo[0]:+.1f}% ({lo[1]} {lo[2] or ''}) "
                            f"to {hi[0]:+.1f}% ({hi[1]} {hi[2] or ''}) in the median.")
     out = ["# LEBench-style latencies: " + " vs ".join(report.configs), "", *summary, "",
-           "Generated by `ukl bench syscalls`; do not edit by hand.", "",
+           reporting.generated_by("./ukl bench syscalls"), "",
            f"Machine: {report.machine}.", "", f"Kernels: {kern}. C library: none (freestanding benchmark).",
            "", how, "", *lines, "", NOTES, ""]
     if report.model:
@@ -328,9 +286,7 @@ def plot(report: Report, path: Path) -> None:
     and under it each configuration's improvement over the baseline, shaded; then
     the improvement for the fixed-size operations, in instructions and, with
     a model, modelled cycles."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = reporting.pyplot()
 
     metrics = ["instructions", "cycles"] if report.model else ["instructions"]
     others = [c for c in report.configs if c != report.baseline]
@@ -380,17 +336,15 @@ def plot(report: Report, path: Path) -> None:
     fig.suptitle(f"LEBench-style latency ({report.accel.upper()}{', icount' if report.icount else ''}); "
                  f"improvement over {report.baseline} shaded\n{', '.join(report.configs)}")
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    reporting.save_plot(fig, path)
 
 
 def save_json(report: Report, path: Path) -> None:
-    path.write_text(json.dumps(asdict(report), indent=1) + "\n")
+    reporting.save_json(report, path)
 
 
 def load_json(path: Path) -> Report:
-    try:
-        data = json.loads(path.read_text())
+    def decode(data: dict) -> Report:
         data["results"] = {c: [Point(**p) for p in pts] for c, pts in data["results"].items()}
         data["model"] = cyclemodel.model_from_dict(data["model"]) if data.get("model") else None
         data["profiled"] = [(str(op), int(size)) for op, size in data.get("profiled", [])]
@@ -399,6 +353,5 @@ def load_json(path: Path) -> Report:
         if report.baseline not in report.results:
             raise ValueError(f"its baseline '{report.baseline}' has no results")
         return report
-    except (OSError, ValueError, TypeError, KeyError) as e:
-        raise UklError(f"cannot read benchmark results from {path}: {e}",
-                       "give a file written by `ukl bench syscalls --json`") from None
+
+    return reporting.load_json(path, decode, "benchmark results", "give a file written by `ukl bench syscalls --json`")

@@ -20,7 +20,6 @@ from rich.table import Table
 import ukltool
 from ukltool import (
     appbench,
-    appcycles,
     apptest,
     bench,
     bootbench,
@@ -1030,15 +1029,13 @@ def cmd_bench_app(a: argparse.Namespace) -> int:
     if a.clients == "host":
         return _bench_app_host(a, configs, names)
     model_cpu = cyclemodel.cpu_choice(a.model, a.cpu)
-    if model_cpu and not a.icount and not a.from_json:
-        raise UklError("--model cycles needs --icount", "the model adds to guest instruction counts")
     if a.from_json:
         reports = [r for f in a.from_json for r in appbench.load_json(f)]
         chosen = _bench_apps(names, [r.app for r in reports])
         reports = [r for r in reports if r.app in chosen]
         if model_cpu:
             for rep in reports:
-                rep.model = appcycles.remodel(rep.model, model_cpu)
+                rep.model = cyclemodel.remodel(rep.model, model_cpu, "ukl bench app")
     else:
         chosen = _bench_apps(names, appbench.names())
         reports = []

@@ -13,13 +13,14 @@ memory; see docs/cycle-model.md."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from ukltool.errors import UklError
 from ukltool.paths import REPO
@@ -139,12 +140,19 @@ class RegionCounts:
     typical_iterations: int      # how many iterations executed exactly `typical`
 
 
+# One row of the report's "profile" (written with profile=on): a region, how
+# often a translation block ran in it, and the addresses of the block's
+# instructions (insnprofile names their functions).
+ProfileEntry = tuple[int, int, tuple[int, ...]]
+
+
 @dataclass(frozen=True)
 class PluginReport:
     insns: int
     counts: dict[str, int]
     unbalanced: int
     regions: dict[int, RegionCounts]
+    profile: list[ProfileEntry] | None = None  # read where asked for (profile=True)
 
 
 def _counts(value: object, where: str) -> dict[str, int]:
@@ -163,8 +171,27 @@ def _int(value: object, where: str) -> int:
     return value
 
 
-def parse_report(text: str, source: str = "the plugin's report") -> PluginReport:
-    """The JSON report tools/plugin/insnclass.c writes at QEMU's exit."""
+def _profile(data: dict[str, Any], source: str) -> list[ProfileEntry]:
+    """The "profile" list of a report written with profile=on."""
+    try:
+        rows = data["profile"]
+        if not isinstance(rows, list):
+            raise ValueError("'profile' is not a list")
+        out: list[ProfileEntry] = []
+        for row in rows:
+            region, execs, pcs = row
+            if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (region, execs, *pcs)):
+                raise ValueError(f"bad entry {row!r}")
+            out.append((region, execs, tuple(pcs)))
+        return out
+    except (ValueError, KeyError, TypeError) as e:
+        raise UklError(f"cannot read the profile in {source}: {e}",
+                       "the QEMU plugin writes it when loaded with profile=on; rebuild it if it is older") from None
+
+
+def parse_report(text: str, source: str = "the plugin's report", profile: bool = False) -> PluginReport:
+    """The JSON report tools/plugin/insnclass.c writes at QEMU's exit, with
+    its "profile" list where PROFILE (the plugin ran with profile=on)."""
     try:
         data = json.loads(text)
         if not isinstance(data, dict) or data.get("plugin") != "insnclass" or data.get("format") != 1:
@@ -181,10 +208,16 @@ def parse_report(text: str, source: str = "the plugin's report") -> PluginReport
                                         _counts(r["counts"], f"region {rid} counts"),
                                         _counts(mode["counts"], f"region {rid} mode"),
                                         _int(mode["iterations"], f"region {rid} mode iterations"))
-        return PluginReport(_int(total["insns"], "total insns"), _counts(total["counts"], "total counts"),
-                            _int(data.get("unbalanced", 0), "unbalanced"), regions)
+        report = PluginReport(_int(total["insns"], "total insns"), _counts(total["counts"], "total counts"),
+                              _int(data.get("unbalanced", 0), "unbalanced"), regions)
     except (ValueError, KeyError, TypeError) as e:
         raise UklError(f"cannot read {source}: {e}", "the QEMU plugin tools/plugin/insnclass.c writes it") from None
+    return dataclasses.replace(report, profile=_profile(data, source)) if profile else report
+
+
+def read_report(path: Path, profile: bool = False) -> PluginReport:
+    """The plugin's report in PATH, read once (parse_report)."""
+    return parse_report(path.read_text(), str(path), profile)
 
 
 def parse_regions(console: str) -> dict[int, tuple[str, int, int]]:
@@ -301,10 +334,32 @@ def cpu_choice(model: str | None, cpu: str | None) -> str | None:
     return (cpu or DEFAULT_CPU) if model == "cycles" else None
 
 
-def remodel(model: Model | None, cpu: str) -> Model:
-    """Saved counts (`--from-json`) under another cost table."""
+class Modelled(Protocol):
+    """A model of saved counts: Model (system calls), appcycles.AppModel
+    (application loads)."""
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+    cpu: str
+    cpu_name: str
+    extra: dict[str, float]
+
+
+M = TypeVar("M", bound=Modelled)
+
+
+def remodel(model: M | None, cpu: str, command: str = "ukl bench syscalls") -> M:
+    """Saved counts (`--from-json`) under another cost table; COMMAND names
+    the benchmark that saves them."""
     if model is None:
         raise UklError("these results have no counts of costly instructions",
-                       "run `ukl bench syscalls --icount --model cycles --json FILE` first")
+                       f"run `{command} --icount --model cycles --json FILE` first")
     table = load_table(cpu)
-    return Model(table.cpu, table.name, table.extra(), model.results)
+    return dataclasses.replace(model, cpu=table.cpu, cpu_name=table.name, extra=table.extra())
+
+
+def check_icount(icount: bool, model_cpu: str | None, by_function: object = None) -> None:
+    """Modelled cycles (--model cycles) and --by-function count guest
+    instructions: both need --icount."""
+    if model_cpu is not None and not icount:
+        raise UklError("--model cycles needs --icount", "the model adds to guest instruction counts")
+    if by_function and not icount:
+        raise UklError("--by-function needs --icount", "the profile counts guest instructions")

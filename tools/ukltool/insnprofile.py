@@ -17,7 +17,6 @@ every kernel function's row is exact."""
 from __future__ import annotations
 
 import bisect
-import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 from rich.table import Table
 
+from ukltool.cyclemodel import ProfileEntry
 from ukltool.errors import UklError
 
 USER = "(user space)"
@@ -68,30 +68,6 @@ def parse_points(spec: str, ops: Sequence[str]) -> list[tuple[str, int]]:
     if not out:
         raise UklError("--by-function names no operation", "for example --by-function getppid,read:1")
     return out
-
-
-# ---- the plugin's report ----
-
-Entry = tuple[int, int, tuple[int, ...]]  # region, executions, instruction addresses
-
-
-def read_profile(text: str, source: str = "the plugin's report") -> list[Entry]:
-    """The "profile" list of an insnclass report written with profile=on."""
-    try:
-        data = json.loads(text)
-        rows = data["profile"]
-        if not isinstance(rows, list):
-            raise ValueError("'profile' is not a list")
-        out: list[Entry] = []
-        for row in rows:
-            region, execs, pcs = row
-            if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (region, execs, *pcs)):
-                raise ValueError(f"bad entry {row!r}")
-            out.append((region, execs, tuple(pcs)))
-        return out
-    except (ValueError, KeyError, TypeError) as e:
-        raise UklError(f"cannot read the profile in {source}: {e}",
-                       "the QEMU plugin writes it when loaded with profile=on; rebuild it if it is older") from None
 
 
 # ---- symbols ----
@@ -157,7 +133,7 @@ def load_symbols(path: Path, user_below: int = KERNEL_HALF) -> Symbols:
 
 # ---- per function ----
 
-def per_function(entries: Sequence[Entry], region: int, iterations: int,
+def per_function(entries: Sequence[ProfileEntry], region: int, iterations: int,
                  name: Callable[[int], str]) -> dict[str, float]:
     """Instructions per iteration of REGION, by the function NAME gives
     each instruction address."""
