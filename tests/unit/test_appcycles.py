@@ -7,8 +7,11 @@ import json
 
 import pytest
 
-from ukltool import appbench, appcycles, cli, cyclemodel, recipes
-from ukltool.errors import UklError
+from ukltool import cli
+from ukltool.apps import recipes
+from ukltool.bench import appbench, appcycles
+from ukltool.plugin import cyclemodel
+from ukltool.util.errors import UklError
 
 EXTRA = {c: 0.0 for c in cyclemodel.CLASSES} | {"syscall": 100.0, "swapgs": 50.0, "verw": 400.0}
 
@@ -109,7 +112,7 @@ def test_model_without_icount_is_refused(capsys):
 
 
 def test_reports_compare_with_their_own_baseline_in_host_mode_too():
-    from ukltool import hostbench
+    from ukltool.bench import hostbench
     wall = hostbench.WallReport("redis", "Redis", "m", ["linux-mitigated", "base-mitigated"], 1,
                                 results={"linux-mitigated": [hostbench.Result("GET", 1000.0, 1.0, 2.0)],
                                          "base-mitigated": [hostbench.Result("GET", 1100.0, 0.9, 1.8)]})

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from ukltool import bootbench, cli, initramfs
-from ukltool.bootbench import Hit
-from ukltool.errors import UklError
+from ukltool import cli
+from ukltool.bench import bootbench
+from ukltool.bench.bootbench import Hit
+from ukltool.build import initramfs
+from ukltool.util.errors import UklError
 
 
 def test_names_keep_order_drop_repeats_and_refuse_nothing():

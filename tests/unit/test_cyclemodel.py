@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ukltool import bench, cyclemodel
-from ukltool.errors import UklError
+from ukltool.bench import syscalls
+from ukltool.plugin import cyclemodel
+from ukltool.util.errors import UklError
 
 
 def report_json(regions: list[dict], classes: list[str] | None = None) -> str:
@@ -171,11 +172,11 @@ BENCH-DONE
 """
 
 
-def model_report() -> bench.Report:
-    r = bench.Report(unit="guest instructions", accel="tcg", icount=True, quick=True, machine="m",
+def model_report() -> syscalls.Report:
+    r = syscalls.Report(unit="guest instructions", accel="tcg", icount=True, quick=True, machine="m",
                      configs=["linux", "base"])
     r.kernels = {"linux": "6.1", "base": "6.1"}
-    r.results = {"linux": bench.parse(RUN), "base": bench.parse(RUN.replace("209 209", "213 213"))}
+    r.results = {"linux": syscalls.parse(RUN), "base": syscalls.parse(RUN.replace("209 209", "213 213"))}
     r.model = cyclemodel.new_model(cyclemodel.load_table(cyclemodel.DEFAULT_CPU))
     counts = cyclemodel.parse_report(report_json([GETPPID]))
     for c in r.configs:
@@ -187,24 +188,24 @@ def test_reports_show_modelled_cycles_and_keep_the_counts(tmp_path):
     r = model_report()
     extra = r.model.extra
     want = 209 + extra["syscall"] + extra["sysret"] + 2 * extra["swapgs"]
-    assert bench.cells(r, "getppid", 0, bench.rows(r)[0][2])[-2:] == [f"{want:.0f}", f"{want + 4:.0f}"]
-    md = bench.markdown(r, None)
+    assert syscalls.cells(r, "getppid", 0, syscalls.rows(r)[0][2])[-2:] == [f"{want:.0f}", f"{want + 4:.0f}"]
+    md = syscalls.markdown(r, None)
     assert "linux modelled cycles (model: skylake-sp)" in md and "a model, not a measurement" in md
     assert f"| getppid |  | 209 (209) | 213 (213) | +1.9% | {want:.0f} | {want + 4:.0f} |" in md
-    assert bench.table(r).row_count == 1 and len(bench.table(r).columns) == 7
+    assert syscalls.table(r).row_count == 1 and len(syscalls.table(r).columns) == 7
     path = tmp_path / "r.json"
-    bench.save_json(r, path)
+    syscalls.save_json(r, path)
     data = json.loads(path.read_text())
     assert data["model"]["results"]["base"][0]["counts"] == {"syscall": 1, "sysret": 1, "swapgs": 2}
-    back = bench.load_json(path)
+    back = syscalls.load_json(path)
     assert back.model == r.model and back.results == r.results
 
 
 def test_reports_without_a_model_are_unchanged(tmp_path):
     r = model_report()
     r.model = None
-    assert len(bench.cells(r, "getppid", 0, bench.rows(r)[0][2])) == 5
-    assert "modelled" not in bench.markdown(r, None)
+    assert len(syscalls.cells(r, "getppid", 0, syscalls.rows(r)[0][2])) == 5
+    assert "modelled" not in syscalls.markdown(r, None)
     path = tmp_path / "r.json"
-    bench.save_json(r, path)
-    assert bench.load_json(path).model is None
+    syscalls.save_json(r, path)
+    assert syscalls.load_json(path).model is None

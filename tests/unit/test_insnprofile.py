@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ukltool import bench, cyclemodel, insnprofile
-from ukltool.errors import UklError
+from ukltool.bench import syscalls
+from ukltool.plugin import cyclemodel, insnprofile
+from ukltool.util.errors import UklError
 
 K = 0xFFFFFFFF81000000
 OPS = ["getppid", "read", "write"]
@@ -22,7 +23,7 @@ OPS = ["getppid", "read", "write"]
 def test_points_name_operations_and_sizes():
     assert insnprofile.parse_points("getppid, read:1,write:4096", OPS) == [("getppid", 0), ("read", 1),
                                                                              ("write", 4096)]
-    assert bench.profile_points("getppid,page-fault:4096") == [("getppid", 0), ("page-fault", 4096)]
+    assert syscalls.profile_points("getppid,page-fault:4096") == [("getppid", 0), ("page-fault", 4096)]
 
 
 @pytest.mark.parametrize("spec, what", [("getpid", "'getpid' is not an operation"),
@@ -128,28 +129,28 @@ def test_markdown_has_a_table_per_point():
 
 
 def test_reports_keep_their_profiles_and_older_files_load(tmp_path):
-    rep = bench.Report(unit="guest instructions", accel="tcg", icount=True, quick=True, machine="m",
-                       configs=["linux"], results={"linux": [bench.Point("getppid", 0, 209, 209, 1000)]},
+    rep = syscalls.Report(unit="guest instructions", accel="tcg", icount=True, quick=True, machine="m",
+                       configs=["linux"], results={"linux": [syscalls.Point("getppid", 0, 209, 209, 1000)]},
                        profiled=[("getppid", 0)], profiles={"linux": [profile("getppid", 0, entry=51)]})
     path = tmp_path / "r.json"
-    bench.save_json(rep, path)
-    back = bench.load_json(path)
+    syscalls.save_json(rep, path)
+    back = syscalls.load_json(path)
     assert back.profiled == [("getppid", 0)]
     assert back.profiles["linux"][0].functions == {"entry": 51}
-    assert "## Where the instructions go" in bench.markdown(back, None)
-    assert [t.title for t in bench.profile_tables(back)] == [
+    assert "## Where the instructions go" in syscalls.markdown(back, None)
+    assert [t.title for t in syscalls.profile_tables(back)] == [
         "getppid: guest instructions per iteration, by function"]
     old = json.loads(path.read_text())
     del old["profiled"], old["profiles"]
     path.write_text(json.dumps(old))
-    back = bench.load_json(path)
+    back = syscalls.load_json(path)
     assert back.profiled == [] and back.profiles == {}
-    assert "Where the instructions go" not in bench.markdown(back, None)
+    assert "Where the instructions go" not in syscalls.markdown(back, None)
 
 
 def test_profile_needs_icount():
     with pytest.raises(UklError, match="--by-function needs --icount"):
-        bench.run(["linux"], icount=False, quick=True, timeout=10, profile=[("getppid", 0)])
+        syscalls.run(["linux"], icount=False, quick=True, timeout=10, profile=[("getppid", 0)])
 
 
 def test_bench_profile_config_checks_the_regions(tmp_path: Path, monkeypatch):
@@ -163,16 +164,16 @@ def test_bench_profile_config_checks_the_regions(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(insnprofile, "load_symbols", lambda path: insnprofile.Symbols([(K, "fn")]))
     console = "REGION 0 getppid 0 2\n"
     seen = cyclemodel.read_report(counts, profile=True)
-    got = bench.profile_config(seen, console, tmp_path / "vmlinux", [("getppid", 0)], "linux")
+    got = syscalls.profile_config(seen, console, tmp_path / "vmlinux", [("getppid", 0)], "linux")
     assert got == [insnprofile.OpProfile("getppid", 0, 2, {"fn": 2.0, insnprofile.USER: 0.5})]
     with pytest.raises(UklError, match="ran no point read:1"):
-        bench.profile_config(seen, console, tmp_path / "vmlinux", [("read", 1)], "linux")
+        syscalls.profile_config(seen, console, tmp_path / "vmlinux", [("read", 1)], "linux")
     with pytest.raises(UklError, match="saw 2 iterations"):
-        bench.profile_config(seen, "REGION 0 getppid 0 3\n", tmp_path / "vmlinux", [("getppid", 0)], "linux")
+        syscalls.profile_config(seen, "REGION 0 getppid 0 3\n", tmp_path / "vmlinux", [("getppid", 0)], "linux")
 
 
 def test_application_loads_are_profiled_per_request(tmp_path: Path, monkeypatch):
-    from ukltool import appbench
+    from ukltool.bench import appbench
 
     counts = tmp_path / "insnclass.json"
     region = {"iterations": 1, "insns": 8000, "insns_min": 8000, "insns_max": 8000, "counts": {}}

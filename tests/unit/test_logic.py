@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from ukltool import cli, initramfs, kernel, logscan, protocol
-from ukltool.errors import UklError
+from ukltool import cli
+from ukltool.build import initramfs, protocol
+from ukltool.linux import kernel
+from ukltool.run import logscan
+from ukltool.util.errors import UklError
 
 
 def test_failure_lines_find_panics_oopses_bugs_warnings():
@@ -182,7 +185,7 @@ def test_icount_runs_one_cpu_and_refuses_more():
 
 
 def test_checkpatch_outcomes_are_read_from_status_and_summary():
-    from ukltool import kernel
+    from ukltool.linux import kernel
     assert kernel.checkpatch_errors(0, "") == 0
     summary = "total: {} errors, 1 warnings, 0 checks, 9 lines checked\n"
     assert kernel.checkpatch_errors(1, "p:3: WARNING:X: y\n" + summary.format(0)) == 0
@@ -216,7 +219,7 @@ def test_builds_of_one_thing_are_serialized(tmp_path, monkeypatch):
     import threading
     import time
 
-    from ukltool import lock
+    from ukltool.util import lock
     monkeypatch.setenv("UKL_CACHE", str(tmp_path))
     inside: list[str] = []
     overlap = []
@@ -235,7 +238,7 @@ def test_builds_of_one_thing_are_serialized(tmp_path, monkeypatch):
     for t in threads:
         t.join()
     assert not overlap
-    code = ("import sys, time; sys.path.insert(0, sys.argv[1]); from ukltool import lock\n"
+    code = ("import sys, time; sys.path.insert(0, sys.argv[1]); from ukltool.util import lock\n"
             "with lock.held('kernel-x', 'x'):\n    print('in', flush=True); time.sleep(1.5)\n")
     other = subprocess.Popen([sys.executable, "-c", code, str(Path(__file__).parents[2] / "tools")],
                              stdout=subprocess.PIPE, text=True, env={"UKL_CACHE": str(tmp_path), "PATH": "/usr/bin"})
@@ -249,12 +252,12 @@ def test_builds_of_one_thing_are_serialized(tmp_path, monkeypatch):
 
 
 def test_the_kernel_key_covers_the_build_code():
-    from ukltool import kernel
+    from ukltool.linux import kernel
     assert len(kernel.build_logic()) == 64 and kernel.build_logic() == kernel.build_logic()
 
 
 def test_recipes_load_and_bad_ones_are_named(tmp_path, monkeypatch):
-    from ukltool import recipes
+    from ukltool.apps import recipes
     for name in recipes.names():
         r = recipes.load(name)
         assert len(r.source.dsc_sha256) == 64
@@ -277,7 +280,8 @@ def test_recipes_load_and_bad_ones_are_named(tmp_path, monkeypatch):
 
 
 def test_recipe_dependencies_are_built_first_and_their_prefixes_substituted(tmp_path, monkeypatch):
-    from ukltool import project, recipes
+    from ukltool.apps import recipes
+    from ukltool.build import project
     monkeypatch.setattr(recipes, "APPS_DIR", tmp_path)
     head = 'description = "x"\n[source]\npackage = "{0}"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
 
@@ -313,7 +317,8 @@ def test_recipe_dependencies_are_built_first_and_their_prefixes_substituted(tmp_
 
 
 def test_app_benchmark_scripts_results_and_report():
-    from ukltool import appbench, recipes
+    from ukltool.apps import recipes
+    from ukltool.bench import appbench
     assert {"redis", "memcached", "nginx", "sqlite3", "leveldb"} <= set(appbench.names())
     sh = appbench.script(recipes.load("redis"), 500)
     assert sh.count("/bin/appload redis 6379 ") == 8 and " redis-server 500 30 16 " in sh
@@ -335,7 +340,7 @@ def test_app_benchmark_scripts_results_and_report():
 
 
 def test_recipe_bench_sections_are_checked(tmp_path, monkeypatch):
-    from ukltool import recipes
+    from ukltool.apps import recipes
     monkeypatch.setattr(recipes, "APPS_DIR", tmp_path)
     (tmp_path / "x").mkdir()
     good = ('description = "x"\n[source]\npackage = "x"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
@@ -349,7 +354,7 @@ def test_recipe_bench_sections_are_checked(tmp_path, monkeypatch):
 
 
 def test_app_benchmark_runs_combine_to_medians_and_spread():
-    from ukltool import appbench
+    from ukltool.bench import appbench
     runs = [[appbench.Point("get", 1, 1, 100, v, 10 * v)] for v in (1000, 1100, 1050)]
     merged, spread = appbench.combine(runs)
     assert merged[0].server_ns == 1050 and merged[0].elapsed_ns == 10500
@@ -359,14 +364,14 @@ def test_app_benchmark_runs_combine_to_medians_and_spread():
 
 
 def test_kernel_references_link_to_the_kernels_own_names():
-    from ukltool import app
+    from ukltool.build import app
     assert app.kernel_name("ukl_kernel.msleep") == "msleep"
     assert app.kernel_name("ukl_entry_SYSCALL_64") == "ukl_entry_SYSCALL_64"
     assert app.kernel_name("ukl_kernel.") == "ukl_kernel."
 
 
 def test_a_recipe_extends_another_with_patches_of_its_own(tmp_path, monkeypatch):
-    from ukltool import recipes
+    from ukltool.apps import recipes
     monkeypatch.setattr(recipes, "APPS_DIR", tmp_path)
     for d in ("srv", "srv-x", "srv-y"):
         (tmp_path / d).mkdir()
@@ -402,7 +407,7 @@ def test_a_recipe_extends_another_with_patches_of_its_own(tmp_path, monkeypatch)
 
 
 def test_the_explicit_redis_recipe_is_redis_with_three_changed_lines():
-    from ukltool import recipes
+    from ukltool.apps import recipes
     redis, explicit = recipes.load("redis"), recipes.load("redis-explicit")
     assert explicit.extends == "redis" and explicit.source.package == redis.source.package
     assert explicit.build == redis.build and explicit.bench == redis.bench

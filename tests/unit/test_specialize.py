@@ -9,9 +9,10 @@ import gzip
 
 import pytest
 
-from ukltool import kernel, recipes, specialize
-from ukltool.errors import UklError
-from ukltool.paths import CONFIG_DIR
+from ukltool.apps import recipes
+from ukltool.linux import kernel, specialize
+from ukltool.util.errors import UklError
+from ukltool.util.paths import CONFIG_DIR
 
 # strace -f -qq -s 0 output as the recording boot writes it: a shell that
 # runs the application (exec), a child of a clone whose result comes after
