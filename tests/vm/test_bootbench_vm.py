@@ -87,7 +87,9 @@ def test_boot_methods_each_measured(tmp_path):
         r = rows[name]
         assert r["phases"]["setup..decompressor"] == 0 and r["phases"]["decompressor..kernel"] < 100_000, r
         assert r["kernel_bytes"] > 2 * plain["kernel_bytes"]
-        assert r["boot_to_main_instructions"] < saved["boot_to_main_instructions"], (r, saved)
+    # on the same machine, direct boot skips the decompression (microvm
+    # calibrates its APIC timer, which -M pc's HPET spares: not compared)
+    assert rows["pc-direct"]["boot_to_main_instructions"] < saved["boot_to_main_instructions"], (rows, saved)
 
 
 def test_kernel_compressions_each_measured(tmp_path):
