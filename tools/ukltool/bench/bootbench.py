@@ -22,7 +22,6 @@ instruction. A server's first answer is timed by a prober in the guest
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import re
 import struct
@@ -42,7 +41,8 @@ from ukltool.apps import recipes
 from ukltool.bench import benchcommon
 from ukltool.build import image, initramfs
 from ukltool.linux import bzimage, kernel, specialize
-from ukltool.plugin import insnclass
+from ukltool.plugin import cyclemodel, insnclass
+from ukltool.plugin.cyclemodel import Hit
 from ukltool.run import vm
 from ukltool.util import lock, reporting, ui
 from ukltool.util.errors import UklError
@@ -308,25 +308,6 @@ def plugin_option(so: Path, report: Path, points: list[int]) -> str:
 
 # ---- reading a run ----
 
-@dataclass
-class Hit:
-    """A point's first execution: instructions and idle instructions before
-    it, and the host's clock then (ns since QEMU loaded the plugin)."""
-    insns: int
-    halts: int
-    wall_ns: int
-
-
-def read_points(text: str, source: str) -> list[Hit | None]:
-    try:
-        data = json.loads(text)
-        return [None if p["insns"] is None else Hit(int(p["insns"]), int(p["halts"]), int(p["wall_ns"]))
-                for p in data["points"]]
-    except (ValueError, KeyError, TypeError) as e:
-        raise UklError(f"cannot read the boot points in {source}: {e}",
-                       "the QEMU plugin tools/plugin/insnclass.c writes them (at=...)") from None
-
-
 def console_tsc(console: str, what: str) -> int | None:
     """init's "ukl-init: WHAT tsc N" line (the last one)."""
     found = [line.split()[-1] for line in console.splitlines() if line.strip().startswith(f"ukl-init: {what} tsc ")]
@@ -530,7 +511,7 @@ def measure(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: 
     if res.failures or res.timed_out or not report.is_file():
         raise UklError(f"{t.label} under '{man.config}' did not boot to the end (status {res.code})", f"see {log}")
     console = log.read_text(errors="replace")
-    tl = timeline(read_points(report.read_text(), str(report)), console_tsc(console, "stamp"),
+    tl = timeline(cyclemodel.read_report(report, points=True).points or [], console_tsc(console, "stamp"),
                   console_tsc(console, "reply"), icount, how.pid1)
     if probe is not None and tl.reply_instructions is None:
         raise UklError(f"{t.label} under '{man.config}': no answer to its readiness probe", f"see {log}")

@@ -140,6 +140,17 @@ class RegionCounts:
     typical_iterations: int      # how many iterations executed exactly `typical`
 
 
+@dataclass
+class Hit:
+    """A boot point's first execution (the plugin run with at=...):
+    instructions and idle instructions before it, and the host's clock then
+    (ns since QEMU loaded the plugin). None in a report's points: never
+    reached."""
+    insns: int
+    halts: int
+    wall_ns: int
+
+
 # One row of the report's "profile" (written with profile=on): a region, how
 # often a translation block ran in it, and the addresses of the block's
 # instructions (insnprofile names their functions).
@@ -153,6 +164,7 @@ class PluginReport:
     unbalanced: int
     regions: dict[int, RegionCounts]
     profile: list[ProfileEntry] | None = None  # read where asked for (profile=True)
+    points: list[Hit | None] | None = None     # read where asked for (points=True)
 
 
 def _counts(value: object, where: str) -> dict[str, int]:
@@ -189,9 +201,21 @@ def _profile(data: dict[str, Any], source: str) -> list[ProfileEntry]:
                        "the QEMU plugin writes it when loaded with profile=on; rebuild it if it is older") from None
 
 
-def parse_report(text: str, source: str = "the plugin's report", profile: bool = False) -> PluginReport:
+def _points(data: dict[str, Any], source: str) -> list[Hit | None]:
+    """The "points" list of a report written with at=... (ukl bench boot)."""
+    try:
+        return [None if p["insns"] is None else Hit(int(p["insns"]), int(p["halts"]), int(p["wall_ns"]))
+                for p in data["points"]]
+    except (ValueError, KeyError, TypeError) as e:
+        raise UklError(f"cannot read the boot points in {source}: {e}",
+                       "the QEMU plugin tools/plugin/insnclass.c writes them (at=...)") from None
+
+
+def parse_report(text: str, source: str = "the plugin's report", profile: bool = False,
+                 points: bool = False) -> PluginReport:
     """The JSON report tools/plugin/insnclass.c writes at QEMU's exit, with
-    its "profile" list where PROFILE (the plugin ran with profile=on)."""
+    its "profile" list where PROFILE (the plugin ran with profile=on) and
+    its boot points where POINTS (at=...)."""
     try:
         data = json.loads(text)
         if not isinstance(data, dict) or data.get("plugin") != "insnclass" or data.get("format") != 1:
@@ -212,12 +236,13 @@ def parse_report(text: str, source: str = "the plugin's report", profile: bool =
                               _int(data.get("unbalanced", 0), "unbalanced"), regions)
     except (ValueError, KeyError, TypeError) as e:
         raise UklError(f"cannot read {source}: {e}", "the QEMU plugin tools/plugin/insnclass.c writes it") from None
-    return dataclasses.replace(report, profile=_profile(data, source)) if profile else report
+    return dataclasses.replace(report, profile=_profile(data, source) if profile else None,
+                               points=_points(data, source) if points else None)
 
 
-def read_report(path: Path, profile: bool = False) -> PluginReport:
+def read_report(path: Path, profile: bool = False, points: bool = False) -> PluginReport:
     """The plugin's report in PATH, read once (parse_report)."""
-    return parse_report(path.read_text(), str(path), profile)
+    return parse_report(path.read_text(), str(path), profile, points)
 
 
 def parse_regions(console: str) -> dict[int, tuple[str, int, int]]:
