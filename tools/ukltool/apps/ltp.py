@@ -117,14 +117,6 @@ def find_tarball(src: Source) -> Path:
                    f"{src.commit} | xz > {cache_dir() / 'downloads' / src.tarball} (or set UKL_LTP_TARBALL)")
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def source_tree(src: Source | None = None) -> Path:
     """The unpacked, verified LTP tree in the cache, with its configure
     script generated (`make autotools`)."""
@@ -137,10 +129,8 @@ def source_tree(src: Source | None = None) -> Path:
         if ready.is_file():
             return dest
         tarball = find_tarball(src)
-        got = _sha256(tarball)
-        if got != src.sha256:
-            raise UklError(f"checksum mismatch for {tarball}: expected {src.sha256} ({SOURCE_FILE.name}), got {got}",
-                           f"fetch it again: commit {src.commit} of {src.repository}")
+        got = sources.check_sha256(tarball, src.sha256, SOURCE_FILE.name,
+                                   f"fetch it again: commit {src.commit} of {src.repository}")
         tmp = dest.with_name(dest.name + ".partial")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)

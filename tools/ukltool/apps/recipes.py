@@ -353,17 +353,14 @@ def _netbench(nd: dict[str, Any], w: str) -> NetBench:
     return nb
 
 
-def _upstream_version(version: str) -> str:
-    return version.split(":", 1)[-1]
-
-
 def fetch(r: Recipe) -> Path:
     """The recipe's source tree, unpacked once in the cache from Debian's
-    source package (downloaded with apt-get source and checked against the
-    pinned .dsc checksum; dpkg-source checks the tarballs against the .dsc)."""
+    source package (sources.debian_source: downloaded with apt-get source
+    and checked against the pinned .dsc checksum; dpkg-source checks the
+    tarballs against the .dsc)."""
     s = r.source
     ours = hashlib.sha256(b"".join(p.read_bytes() for p in s.patches)).hexdigest()[:12] if s.patches else ""
-    tree = cache_dir() / "apps" / "src" / f"{s.package}-{_upstream_version(s.version)}" \
+    tree = cache_dir() / "apps" / "src" / f"{s.package}-{sources.upstream_version(s.version)}" \
         f"{'' if s.debian_patches else '-upstream'}{'-' + ours if ours else ''}"
     if (tree / ".ukl-unpacked").is_file():
         return tree
@@ -372,23 +369,8 @@ def fetch(r: Recipe) -> Path:
     with lock.held(f"source-{s.package}", f"the source of {s.package}"):
         if (tree / ".ukl-unpacked").is_file():
             return tree
-        dl = cache_dir() / "apps" / "downloads"
-        dl.mkdir(parents=True, exist_ok=True)
-        dsc = dl / f"{s.package}_{_upstream_version(s.version)}.dsc"
-        pinned = True
-        if not dsc.is_file():
-            with ui.step(f"downloading Debian's source package {s.package} {s.version}"):
-                try:
-                    run(["apt-get", "source", "--download-only", "-q", f"{s.package}={s.version}"], cwd=dl,
-                        what=f"apt-get source {s.package}={s.version}")
-                except UklError:
-                    pinned = False
-            if not pinned:
-                dsc = _newest(r, dl)
-        got = hashlib.sha256(dsc.read_bytes()).hexdigest()
-        if pinned and got != s.dsc_sha256:
-            raise UklError(f"{dsc} has sha256 {got}, apps/{r.name}/recipe.toml pins {s.dsc_sha256}",
-                           f"delete {dsc} to download it again, or update the recipe after checking the source")
+        dsc = sources.debian_source(s.package, s.version, s.dsc_sha256, f"apps/{r.name}/recipe.toml",
+                                    cache_dir() / "apps" / "downloads")
         tmp = tree.with_name(tree.name + ".partial")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.parent.mkdir(parents=True, exist_ok=True)
@@ -407,26 +389,6 @@ def fetch(r: Recipe) -> Path:
         shutil.rmtree(tree, ignore_errors=True)
         tmp.rename(tree)
     return tree
-
-
-def _newest(r: Recipe, dl: Path) -> Path:
-    """The newest version Debian serves, when the pinned one is gone (as
-    sources.lock does for the kernel and glibc): apt has authenticated it,
-    but it is not the version the recipe was checked with."""
-    s = r.source
-    before = set(dl.glob(f"{s.package}_*.dsc"))
-    try:
-        run(["apt-get", "source", "--download-only", "-q", s.package], cwd=dl,
-            what=f"apt-get source {s.package}")
-    except UklError as e:
-        raise UklError(f"{e.message}\n(is a deb-src entry configured?)",
-                       "`make setup` adds the deb-src entry for Debian's source packages") from None
-    new = sorted(set(dl.glob(f"{s.package}_*.dsc")) - before) or sorted(before)
-    if not new:
-        raise UklError(f"apt-get source {s.package} left no .dsc in {dl}", "check the apt sources")
-    ui.warn(f"{s.package} {s.version} (pinned in apps/{r.name}/recipe.toml) is not served any more; "
-            f"building {new[-1].name} instead: update the recipe's version and dsc_sha256")
-    return new[-1]
 
 
 def check_host_packages(r: Recipe) -> None:

@@ -1,4 +1,18 @@
-"""Pinned Debian source packages: install, verify, unpack into the cache.
+"""Pinned sources: install, download, verify, unpack into the cache.
+
+One scheme for every source ukl builds: a pin names a version and the
+sha256 of what is downloaded for it, and check_sha256 verifies it. Where
+the pinned version of a Debian package is no longer served, the newest one
+is used with a warning (it has no recorded checksum: apt authenticated it).
+
+- the kernel and glibc: sources.lock pins the Debian packages that ship
+  their tarballs (linux-source-6.1, glibc-source) and the tarballs'
+  checksums (ensure_package, verify);
+- applications: apps/NAME/recipe.toml pins a Debian source package and its
+  .dsc's checksum, and dpkg-source checks the tarballs against the .dsc
+  (debian_source);
+- LTP: tests/ltp/source.toml pins a commit and its `git archive`'s checksum
+  (apps/ltp.py).
 
 The kernel tree is unpacked once into a git repository whose first commit,
 tagged `pristine`, is the untouched tarball; kernel.py applies our patch
@@ -17,7 +31,7 @@ from pathlib import Path
 from ukltool.util import lock, ui
 from ukltool.util.errors import UklError
 from ukltool.util.paths import LOCK_FILE, cache_dir
-from ukltool.util.proc import capture, git, run
+from ukltool.util.proc import capture, git, need_tool, run
 
 
 @dataclass(frozen=True)
@@ -94,13 +108,65 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def check_sha256(path: Path, expected: str, pinned_in: str, hint: str) -> str:
+    """PATH's sha256, which must be EXPECTED (pinned in PINNED_IN); a
+    mismatch is an error with HINT."""
+    got = sha256_file(path)
+    if got != expected:
+        raise UklError(f"checksum mismatch for {path}: expected {expected} ({pinned_in}), got {got}", hint)
+    return got
+
+
 def verify(src: Source) -> None:
     if src.version != src.pin.version:
         return  # no recorded checksum for an unpinned version; ensure_package warned
-    got = sha256_file(src.tarball)
-    if got != src.pin.sha256:
-        raise UklError(f"checksum mismatch for {src.tarball}: expected {src.pin.sha256}, got {got}",
-                       f"reinstall the package: apt-get install --reinstall {src.pin.package}")
+    check_sha256(src.tarball, src.pin.sha256, LOCK_FILE.name,
+                 f"reinstall the package: apt-get install --reinstall {src.pin.package}")
+
+
+def upstream_version(version: str) -> str:
+    """A Debian version without its epoch (as in the files' names)."""
+    return version.split(":", 1)[-1]
+
+
+def debian_source(package: str, version: str, dsc_sha256: str, pinned_in: str, downloads: Path) -> Path:
+    """The .dsc of Debian's source package PACKAGE at VERSION, downloaded
+    once into DOWNLOADS with apt-get source and checked against DSC_SHA256
+    (pinned in PINNED_IN); where that version is no longer served, the
+    newest one, with a warning. dpkg-source checks the tarballs against the
+    .dsc when it unpacks them."""
+    need_tool("apt-get", "apt")
+    downloads.mkdir(parents=True, exist_ok=True)
+    dsc = downloads / f"{package}_{upstream_version(version)}.dsc"
+    if not dsc.is_file():
+        with ui.step(f"downloading Debian's source package {package} {version}"):
+            try:
+                run(["apt-get", "source", "--download-only", "-q", f"{package}={version}"], cwd=downloads,
+                    what=f"apt-get source {package}={version}")
+            except UklError:
+                return _newest_source(package, version, pinned_in, downloads)
+    check_sha256(dsc, dsc_sha256, pinned_in,
+                 f"delete {dsc} to download it again, or update {pinned_in} after checking the source")
+    return dsc
+
+
+def _newest_source(package: str, version: str, pinned_in: str, downloads: Path) -> Path:
+    """The newest version Debian serves, when the pinned one is gone (as
+    ensure_package does for sources.lock): apt has authenticated it, but it
+    is not the version the pin was checked with."""
+    before = set(downloads.glob(f"{package}_*.dsc"))
+    try:
+        run(["apt-get", "source", "--download-only", "-q", package], cwd=downloads,
+            what=f"apt-get source {package}")
+    except UklError as e:
+        raise UklError(f"{e.message}\n(is a deb-src entry configured?)",
+                       "`make setup` adds the deb-src entry for Debian's source packages") from None
+    new = sorted(set(downloads.glob(f"{package}_*.dsc")) - before) or sorted(before)
+    if not new:
+        raise UklError(f"apt-get source {package} left no .dsc in {downloads}", "check the apt sources")
+    ui.warn(f"{package} {version} (pinned in {pinned_in}) is not served any more; "
+            f"building {new[-1].name} instead: update the version and checksum in {pinned_in}")
+    return new[-1]
 
 
 GIT_ID = {"GIT_AUTHOR_NAME": "ukl", "GIT_AUTHOR_EMAIL": "ukl@localhost",
