@@ -10,17 +10,17 @@ import pytest
 from ukltool import cli
 from ukltool.apps import recipes
 from ukltool.bench import appbench, appcycles
-from ukltool.plugin import cyclemodel
+from ukltool.plugin import cyclemodel, insnclass
 from ukltool.util.errors import UklError
 
-EXTRA = {c: 0.0 for c in cyclemodel.CLASSES} | {"syscall": 100.0, "swapgs": 50.0, "verw": 400.0}
+EXTRA = {c: 0.0 for c in insnclass.CLASSES} | {"syscall": 100.0, "swapgs": 50.0, "verw": 400.0}
 
 
 def plugin_report(regions: dict[int, tuple[int, int, dict[str, int]]], unbalanced: int = 0) -> str:
     """An insnclass report: {id: (iterations, insns, counts)}."""
     return json.dumps({
         "plugin": "insnclass", "format": 1, "vcpus": 1, "inline": True,
-        "classes": [*cyclemodel.CLASSES, "other"], "unbalanced": unbalanced,
+        "classes": [*insnclass.CLASSES, "other"], "unbalanced": unbalanced,
         "total": {"insns": 10**9, "counts": {}}, "outside": {"insns": 0, "counts": {}},
         "regions": [{"id": i, "iterations": it, "insns": n, "insns_min": n, "insns_max": n,
                      "counts": c | {"other": n - sum(c.values())}, "mode": {"iterations": it, "counts": c},
@@ -31,7 +31,7 @@ LOADS = [appbench.Point("get", 1, 1, 1000, 14_000_000, 1), appbench.Point("set",
 
 
 def counts_of(regions: dict[int, tuple[int, int, dict[str, int]]], unbalanced: int = 0) -> list[appcycles.LoadCounts]:
-    return appcycles.load_counts(cyclemodel.parse_report(plugin_report(regions, unbalanced)), LOADS, "test")
+    return appcycles.load_counts(insnclass.parse_report(plugin_report(regions, unbalanced)), LOADS, "test")
 
 
 def test_region_k_is_load_k_and_per_request_figures_follow():

@@ -16,7 +16,7 @@ from ukltool import cli
 from ukltool.bench import bootbench
 from ukltool.bench.bootbench import Hit
 from ukltool.build import initramfs
-from ukltool.plugin import cyclemodel
+from ukltool.plugin import insnclass
 from ukltool.util.errors import UklError
 
 
@@ -105,8 +105,8 @@ REPORT = {"plugin": "insnclass", "format": 1, "halts": 0, "points": [
 
 def read_points(report: dict) -> list[Hit | None]:
     """The boot points in REPORT, with the rest of a plugin's report."""
-    rest = {"classes": [*cyclemodel.CLASSES, cyclemodel.OTHER], "total": {"insns": 0, "counts": {}}, "regions": []}
-    return cyclemodel.parse_report(json.dumps({**rest, **report}), "r", points=True).points or []
+    rest = {"classes": [*insnclass.CLASSES, insnclass.OTHER], "total": {"insns": 0, "counts": {}}, "regions": []}
+    return insnclass.parse_report(json.dumps({**rest, **report}), "r", points=True).points or []
 
 
 def test_points_and_console_stamps_are_read():

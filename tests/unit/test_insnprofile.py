@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ukltool.bench import syscalls
-from ukltool.plugin import cyclemodel, insnprofile
+from ukltool.plugin import insnclass, insnprofile
 from ukltool.util.errors import UklError
 
 K = 0xFFFFFFFF81000000
@@ -36,15 +36,15 @@ def test_bad_points_are_named(spec, what):
 
 
 def test_the_plugin_profile_is_read_and_checked():
-    head = {"plugin": "insnclass", "format": 1, "classes": [*cyclemodel.CLASSES, "other"], "unbalanced": 0,
+    head = {"plugin": "insnclass", "format": 1, "classes": [*insnclass.CLASSES, "other"], "unbalanced": 0,
             "total": {"insns": 0, "counts": {}}, "regions": []}
     text = json.dumps({**head, "profile": [[3, 10, [K, K + 4]], [4, 1, [5]]]})
-    assert cyclemodel.parse_report(text, profile=True).profile == [(3, 10, (K, K + 4)), (4, 1, (5,))]
-    assert cyclemodel.parse_report(text).profile is None  # read only where asked for
+    assert insnclass.parse_report(text, profile=True).profile == [(3, 10, (K, K + 4)), (4, 1, (5,))]
+    assert insnclass.parse_report(text).profile is None  # read only where asked for
     for bad in ({}, {"profile": {}}, {"profile": [[1, -1, [K]]]}, {"profile": [[1, 2]]},
                 {"profile": [[1, True, [K]]]}):
         with pytest.raises(UklError, match="cannot read the profile"):
-            cyclemodel.parse_report(json.dumps({**head, **bad}), "r.json", profile=True)
+            insnclass.parse_report(json.dumps({**head, **bad}), "r.json", profile=True)
 
 
 def test_symbols_name_the_nearest_symbol_below():
@@ -157,13 +157,13 @@ def test_bench_profile_config_checks_the_regions(tmp_path: Path, monkeypatch):
     counts = tmp_path / "insnclass.json"
     counts.write_text(json.dumps({
         "plugin": "insnclass", "format": 1, "vcpus": 1, "inline": True,
-        "classes": [*cyclemodel.CLASSES, "other"], "unbalanced": 0,
+        "classes": [*insnclass.CLASSES, "other"], "unbalanced": 0,
         "total": {"insns": 10, "counts": {}}, "outside": {"insns": 0, "counts": {}},
         "regions": [{"id": 0, "iterations": 2, "insns": 10, "insns_min": 5, "insns_max": 5, "counts": {}}],
         "profile": [[0, 2, [K, K + 1]], [0, 1, [0x400000]]]}))
     monkeypatch.setattr(insnprofile, "load_symbols", lambda path: insnprofile.Symbols([(K, "fn")]))
     console = "REGION 0 getppid 0 2\n"
-    seen = cyclemodel.read_report(counts, profile=True)
+    seen = insnclass.read_report(counts, profile=True)
     got = syscalls.profile_config(seen, console, tmp_path / "vmlinux", [("getppid", 0)], "linux")
     assert got == [insnprofile.OpProfile("getppid", 0, 2, {"fn": 2.0, insnprofile.USER: 0.5})]
     with pytest.raises(UklError, match="ran no point read:1"):
@@ -179,13 +179,13 @@ def test_application_loads_are_profiled_per_request(tmp_path: Path, monkeypatch)
     region = {"iterations": 1, "insns": 8000, "insns_min": 8000, "insns_max": 8000, "counts": {}}
     counts.write_text(json.dumps({
         "plugin": "insnclass", "format": 1, "vcpus": 1, "inline": True,
-        "classes": [*cyclemodel.CLASSES, "other"], "unbalanced": 0,
+        "classes": [*insnclass.CLASSES, "other"], "unbalanced": 0,
         "total": {"insns": 9000, "counts": {}}, "outside": {"insns": 0, "counts": {}},
         "regions": [{"id": 0, **region}, {"id": 1, **region}],
         "profile": [[0, 4000, [K, K + 1]], [1, 100, [K]], [1, 300, [0x401000]]]}))
     monkeypatch.setattr(insnprofile, "load_symbols", lambda path: insnprofile.Symbols([(K, "tcp_sendmsg")]))
     loads = [appbench.Point("get", 30, 16, 1000, 5, 6), appbench.Point("set", 30, 16, 100, 5, 6)]
-    got = appbench.load_profiles(cyclemodel.read_report(counts, profile=True), loads, tmp_path / "vmlinux")
+    got = appbench.load_profiles(insnclass.read_report(counts, profile=True), loads, tmp_path / "vmlinux")
     assert [(p.op, p.iterations, p.functions) for p in got] == [
         (loads[0].label, 1000, {"tcp_sendmsg": 8.0}),
         (loads[1].label, 100, {insnprofile.USER: 3.0, "tcp_sendmsg": 1.0})]

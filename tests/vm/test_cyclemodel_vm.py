@@ -32,7 +32,7 @@ def boot_with_plugin(out: Path, report: Path) -> vm.RunResult:
                                   plugins=[insnclass.option(insnclass.build(), report)]))
 
 
-def run_insnclass(outdir: Path, config: str) -> tuple[str, cyclemodel.PluginReport]:
+def run_insnclass(outdir: Path, config: str) -> tuple[str, insnclass.PluginReport]:
     """tests/apps/insnclass.c built for CONFIG and booted once under the
     plugin: the console and the plugin's counts, the boot clean."""
     out = build(SRC, config, outdir / f"insnclass-{config}", "--freestanding")
@@ -41,7 +41,7 @@ def run_insnclass(outdir: Path, config: str) -> tuple[str, cyclemodel.PluginRepo
     console = (out / "console.log").read_text(errors="replace")
     assert res.code == 0, console[-3000:]
     assert_clean(out / "console.log")
-    return console, cyclemodel.parse_report(report.read_text(), str(report))
+    return console, insnclass.parse_report(report.read_text(), str(report))
 
 
 def test_the_plugin_counts_each_class_exactly(outdir):

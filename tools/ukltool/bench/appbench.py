@@ -126,7 +126,7 @@ def parse(text: str) -> list[Point]:
     return pts
 
 
-def load_profiles(report: cyclemodel.PluginReport, loads: list[Point], vmlinux: Path,
+def load_profiles(report: insnclass.PluginReport, loads: list[Point], vmlinux: Path,
                   source: str = "the plugin's report") -> list[insnprofile.OpProfile]:
     """Each load's region (load K is region K) in the plugin's REPORT (read
     with its profile): the whole guest's instructions per request, by
@@ -197,7 +197,7 @@ def run_app(name: str, configs: list[str], icount: bool, requests: int | None, t
             if so and i == 0 and not counts.is_file():
                 raise UklError(f"the QEMU plugin wrote no report under '{config}' ({counts})",
                                "see the console log; is the plugin loadable by this QEMU?")
-            seen = cyclemodel.read_report(counts, profile) if so and i == 0 else None
+            seen = insnclass.read_report(counts, profile) if so and i == 0 else None
             if profile and seen:
                 report.profiles[config] = load_profiles(seen, runs[config][0], vmlinux[config], str(counts))
             if report.model and seen:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ukltool.plugin import cyclemodel
+from ukltool.plugin import cyclemodel, insnclass
 from ukltool.util import columns
 from ukltool.util.errors import UklError
 
@@ -71,7 +71,7 @@ def new_model(table: cyclemodel.CostTable) -> AppModel:
     return AppModel(table.cpu, table.name, table.extra())
 
 
-def load_counts(report: cyclemodel.PluginReport, loads: Sequence[Load], source: str) -> list[LoadCounts]:
+def load_counts(report: insnclass.PluginReport, loads: Sequence[Load], source: str) -> list[LoadCounts]:
     """Region K of the plugin's report is the K-th load; each must have
     been entered exactly once."""
     if report.unbalanced:
@@ -85,7 +85,7 @@ def load_counts(report: cyclemodel.PluginReport, loads: Sequence[Load], source: 
             raise UklError(f"{source}: the plugin saw {seen} for load {k} ({load.label}); one was expected",
                            "were the markers of bench/appload.c executed, and the plugin loaded?")
         out.append(LoadCounts(load.label, load.requests, r.insns,
-                              {c: n for c, n in r.counts.items() if c != cyclemodel.OTHER and n}))
+                              {c: n for c, n in r.counts.items() if c != insnclass.OTHER and n}))
     extra = sorted(set(report.regions) - set(range(len(loads))))
     if extra:
         raise UklError(f"{source}: the plugin saw regions {extra} beyond the {len(loads)} loads",
@@ -127,7 +127,7 @@ def breakdown(model: AppModel, label: str, configs: list[str]) -> list[list[str]
     """Rows: each class any configuration executed in load LABEL, its count
     per request per configuration; last, the extra cycles per request."""
     loads = {c: model.load(c, label) for c in configs}
-    classes = [c for c in cyclemodel.CLASSES if any(lc and lc.counts.get(c) for lc in loads.values())]
+    classes = [c for c in insnclass.CLASSES if any(lc and lc.counts.get(c) for lc in loads.values())]
     rows = []
     for cls in classes:
         rows.append([cls, f"{model.extra.get(cls, 0):g}",

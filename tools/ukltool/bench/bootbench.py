@@ -41,8 +41,8 @@ from ukltool.apps import recipes
 from ukltool.bench import benchcommon
 from ukltool.build import image, initramfs
 from ukltool.linux import bzimage, kernel, specialize
-from ukltool.plugin import cyclemodel, insnclass
-from ukltool.plugin.cyclemodel import Hit
+from ukltool.plugin import insnclass
+from ukltool.plugin.insnclass import Hit
 from ukltool.run import vm
 from ukltool.util import lock, reporting, ui
 from ukltool.util.errors import UklError
@@ -511,7 +511,7 @@ def measure(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: 
     if res.failures or res.timed_out or not report.is_file():
         raise UklError(f"{t.label} under '{man.config}' did not boot to the end (status {res.code})", f"see {log}")
     console = log.read_text(errors="replace")
-    tl = timeline(cyclemodel.read_report(report, points=True).points or [], console_tsc(console, "stamp"),
+    tl = timeline(insnclass.read_report(report, points=True).points or [], console_tsc(console, "stamp"),
                   console_tsc(console, "reply"), icount, how.pid1)
     if probe is not None and tl.reply_instructions is None:
         raise UklError(f"{t.label} under '{man.config}': no answer to its readiness probe", f"see {log}")

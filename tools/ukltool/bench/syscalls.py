@@ -83,7 +83,7 @@ def profile_points(spec: str) -> list[tuple[str, int]]:
     return insnprofile.parse_points(spec, ops)
 
 
-def profile_config(report: cyclemodel.PluginReport, console: str, vmlinux: Path, points: list[tuple[str, int]],
+def profile_config(report: insnclass.PluginReport, console: str, vmlinux: Path, points: list[tuple[str, int]],
                    config: str) -> list[insnprofile.OpProfile]:
     """The profiled points of one configuration's run: its plugin report
     (read with its profile), its REGION lines and its kernel's symbols."""
@@ -146,7 +146,7 @@ def run(configs: list[str], icount: bool, quick: bool, timeout: float, model_cpu
         if so and not counts.is_file():
             raise UklError(f"the QEMU plugin wrote no report under '{config}' ({counts})",
                            f"see {out / 'console.log'}")
-        seen = cyclemodel.read_report(counts, bool(profile)) if so else None
+        seen = insnclass.read_report(counts, bool(profile)) if so else None
         console = (out / "console.log").read_text(errors="replace")
         if profile and seen:
             report.profiles[config] = profile_config(seen, console, man.vmlinux_path(), profile, config)

@@ -14,7 +14,6 @@ memory; see docs/cycle-model.md."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 import tomllib
@@ -22,17 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar
 
+from ukltool.plugin.insnclass import CLASSES, OTHER, PluginReport
 from ukltool.util.errors import UklError
 from ukltool.util.paths import REPO
 
 COSTS_DIR = REPO / "bench" / "costs"
 DEFAULT_CPU = "skylake-sp"
-# The plugin's classes (tools/plugin/insnclass.h); "other" costs 1 cycle,
-# like every instruction, so it has no entry in a cost table.
-CLASSES = ["syscall", "sysret", "iret", "swapgs", "wrmsr", "rdmsr", "mov_cr3", "mov_cr4", "mov_cr_other",
-           "invlpg", "invpcid", "serializing", "lfence", "mfence", "sfence", "verw", "popf", "cli", "sti",
-           "stac_clac", "rdtsc", "rdtscp", "cpuid", "xsave", "xrstor"]
-OTHER = "other"
 # What the timing itself executes in every region iteration of
 # bench/lebench.c: the region begins before the first RDTSCP and ends after
 # the second, which the guest-instruction median does not include either.
@@ -126,123 +120,6 @@ def load_table(cpu: str | Path, directory: Path = COSTS_DIR) -> CostTable:
                 raise bad(f"classes.{name}.{key}", "unknown key (extra, basis, source, note)")
         costs[name] = ClassCost(float(extra), source.strip(), basis, note.strip())
     return CostTable(path.stem, cpu_section["name"].strip(), path, costs)
-
-
-# ---- the plugin's report ----
-
-@dataclass(frozen=True)
-class RegionCounts:
-    id: int
-    iterations: int
-    insns: int                   # all instructions in all iterations
-    counts: dict[str, int]       # per class, all iterations
-    typical: dict[str, int]      # per class, the most frequent iteration (classed instructions only)
-    typical_iterations: int      # how many iterations executed exactly `typical`
-
-
-@dataclass
-class Hit:
-    """A boot point's first execution (the plugin run with at=...):
-    instructions and idle instructions before it, and the host's clock then
-    (ns since QEMU loaded the plugin). None in a report's points: never
-    reached."""
-    insns: int
-    halts: int
-    wall_ns: int
-
-
-# One row of the report's "profile" (written with profile=on): a region, how
-# often a translation block ran in it, and the addresses of the block's
-# instructions (insnprofile names their functions).
-ProfileEntry = tuple[int, int, tuple[int, ...]]
-
-
-@dataclass(frozen=True)
-class PluginReport:
-    insns: int
-    counts: dict[str, int]
-    unbalanced: int
-    regions: dict[int, RegionCounts]
-    profile: list[ProfileEntry] | None = None  # read where asked for (profile=True)
-    points: list[Hit | None] | None = None     # read where asked for (points=True)
-
-
-def _counts(value: object, where: str) -> dict[str, int]:
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, int) and v >= 0
-                                              for k, v in value.items()):
-        raise ValueError(f"{where}: not a map of class names to counts")
-    unknown = set(value) - set(CLASSES) - {OTHER}
-    if unknown:
-        raise ValueError(f"{where}: unknown classes {sorted(unknown)} (plugin and tool disagree)")
-    return dict(value)
-
-
-def _int(value: object, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{where}: not a count")
-    return value
-
-
-def _profile(data: dict[str, Any], source: str) -> list[ProfileEntry]:
-    """The "profile" list of a report written with profile=on."""
-    try:
-        rows = data["profile"]
-        if not isinstance(rows, list):
-            raise ValueError("'profile' is not a list")
-        out: list[ProfileEntry] = []
-        for row in rows:
-            region, execs, pcs = row
-            if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (region, execs, *pcs)):
-                raise ValueError(f"bad entry {row!r}")
-            out.append((region, execs, tuple(pcs)))
-        return out
-    except (ValueError, KeyError, TypeError) as e:
-        raise UklError(f"cannot read the profile in {source}: {e}",
-                       "the QEMU plugin writes it when loaded with profile=on; rebuild it if it is older") from None
-
-
-def _points(data: dict[str, Any], source: str) -> list[Hit | None]:
-    """The "points" list of a report written with at=... (ukl bench boot)."""
-    try:
-        return [None if p["insns"] is None else Hit(int(p["insns"]), int(p["halts"]), int(p["wall_ns"]))
-                for p in data["points"]]
-    except (ValueError, KeyError, TypeError) as e:
-        raise UklError(f"cannot read the boot points in {source}: {e}",
-                       "the QEMU plugin tools/plugin/insnclass.c writes them (at=...)") from None
-
-
-def parse_report(text: str, source: str = "the plugin's report", profile: bool = False,
-                 points: bool = False) -> PluginReport:
-    """The JSON report tools/plugin/insnclass.c writes at QEMU's exit, with
-    its "profile" list where PROFILE (the plugin ran with profile=on) and
-    its boot points where POINTS (at=...)."""
-    try:
-        data = json.loads(text)
-        if not isinstance(data, dict) or data.get("plugin") != "insnclass" or data.get("format") != 1:
-            raise ValueError("not an insnclass report of format 1")
-        if data.get("classes") != [*CLASSES, OTHER]:
-            raise ValueError(f"its classes {data.get('classes')} are not {[*CLASSES, OTHER]}: rebuild the plugin")
-        total = data["total"]
-        regions: dict[int, RegionCounts] = {}
-        for r in data["regions"]:
-            rid = _int(r["id"], "region id")
-            mode = r.get("mode") or {"iterations": 0, "counts": {}}
-            regions[rid] = RegionCounts(rid, _int(r["iterations"], f"region {rid} iterations"),
-                                        _int(r["insns"], f"region {rid} insns"),
-                                        _counts(r["counts"], f"region {rid} counts"),
-                                        _counts(mode["counts"], f"region {rid} mode"),
-                                        _int(mode["iterations"], f"region {rid} mode iterations"))
-        report = PluginReport(_int(total["insns"], "total insns"), _counts(total["counts"], "total counts"),
-                              _int(data.get("unbalanced", 0), "unbalanced"), regions)
-    except (ValueError, KeyError, TypeError) as e:
-        raise UklError(f"cannot read {source}: {e}", "the QEMU plugin tools/plugin/insnclass.c writes it") from None
-    return dataclasses.replace(report, profile=_profile(data, source) if profile else None,
-                               points=_points(data, source) if points else None)
-
-
-def read_report(path: Path, profile: bool = False, points: bool = False) -> PluginReport:
-    """The plugin's report in PATH, read once (parse_report)."""
-    return parse_report(path.read_text(), str(path), profile, points)
 
 
 def parse_regions(console: str) -> dict[int, tuple[str, int, int]]:

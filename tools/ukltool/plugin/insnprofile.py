@@ -27,7 +27,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 from rich.table import Table
 
-from ukltool.plugin.cyclemodel import ProfileEntry
+from ukltool.plugin.insnclass import ProfileEntry
 from ukltool.util.errors import UklError
 
 USER = "(user space)"
