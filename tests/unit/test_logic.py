@@ -316,6 +316,38 @@ def test_recipe_dependencies_are_built_first_and_their_prefixes_substituted(tmp_
         recipes.options(recipes.load("app"), "base")
 
 
+def test_recipe_directory_placeholder_names_the_recipe_that_wrote_it(tmp_path, monkeypatch):
+    """{recipe} in configure and make arguments: the directory of the recipe
+    whose file has it (lighttpd's plugin-static.h on the include path)."""
+    from ukltool.apps import recipes
+    from ukltool.util.paths import cache_dir
+    monkeypatch.setattr(recipes, "APPS_DIR", tmp_path / "apps")
+    monkeypatch.setenv("UKL_CACHE", str(tmp_path / "cache"))
+    tmp_path = tmp_path / "apps"
+    head = 'description = "x"\n[source]\npackage = "x"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
+    for name, build in (("base", 'program = "p"\nconfigure_args = ["-DCMAKE_C_FLAGS=-I{recipe}"]\n'
+                                 'make_args = ["CONF={recipe}/x.conf"]\n'),
+                        ("child", 'make_args = ["MORE={recipe}"]\n')):
+        (tmp_path / name).mkdir(parents=True)
+        (tmp_path / name / "recipe.toml").write_text(
+            ('extends = "base"\ndescription = "y"\n' if name == "child" else head) + "[build]\n" + build)
+    (tmp_path / "base" / "x.conf").write_text("conf\n")
+    r = recipes.load("base")
+    # a copy of the recipe's directory in the cache, named by its content:
+    # one path in every checkout
+    (flag,), (conf,) = r.build.configure_args, r.build.make_args
+    here = Path(flag.removeprefix("-DCMAKE_C_FLAGS=-I"))
+    assert here.parent == cache_dir() / "apps" / "recipes" and here.name.startswith("base-")
+    assert conf == f"CONF={here}/x.conf" and (here / "x.conf").read_text() == "conf\n"
+    assert recipes.load("base").build.configure_args == [flag]          # the same copy again
+    c = recipes.load("child")   # its own arguments name its own directory, the parent's the parent's
+    assert c.build.configure_args == [flag]
+    (more,) = c.build.make_args
+    assert Path(more.removeprefix("MORE=")).name.startswith("child-")
+    (tmp_path / "base" / "x.conf").write_text("changed\n")                # new content, a new copy
+    assert recipes.load("base").build.configure_args != [flag]
+
+
 def test_app_benchmark_scripts_results_and_report():
     from ukltool.apps import recipes
     from ukltool.bench import appbench

@@ -7,6 +7,7 @@ builds it unmodified with ukl-cc, and writes an ordinary build result."""
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import tomllib
@@ -181,10 +182,40 @@ def _read(name: str) -> tuple[dict[str, Any], str]:
             raise UklError(f"{where} [source]: patches are file names in the recipe's directory",
                            'e.g. patches = ["fix.patch"]')
         src["patches"] = [str(APPS_DIR / name / p) for p in src["patches"]]
+    bld = data.get("build")
+    if isinstance(bld, dict):
+        # {recipe} in configure and make arguments: this recipe's directory
+        # (a header shipped beside it, on the compiler's include path), as a
+        # copy in the cache named by its content: the same path in every
+        # checkout, so that the configure stamp does not change with it
+        for key in ("configure_args", "make_args"):
+            if isinstance(bld.get(key), list) and any(isinstance(x, str) and "{recipe}" in x for x in bld[key]):
+                here = str(_recipe_copy(name))
+                bld[key] = [x.replace("{recipe}", here) if isinstance(x, str) else x for x in bld[key]]
     if isinstance(img, dict) and isinstance(img.get("files"), list):
         img["files"] = [[str(APPS_DIR / name / f[0]), *f[1:]] if isinstance(f, list) and f and isinstance(f[0], str)
                         else f for f in img["files"]]
     return data, where
+
+
+def _recipe_copy(name: str) -> Path:
+    """apps/NAME's files, copied once into the cache under a name that is
+    their content's hash."""
+    src = APPS_DIR / name
+    files = sorted(p for p in src.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    h = hashlib.sha256()
+    for f in files:
+        h.update(str(f.relative_to(src)).encode() + b"\0" + f.read_bytes() + b"\0")
+    dest = cache_dir() / "apps" / "recipes" / f"{name}-{h.hexdigest()[:12]}"
+    if not dest.is_dir():
+        tmp = dest.with_name(f".{dest.name}.{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("__pycache__"))
+        try:
+            tmp.rename(dest)
+        except OSError:  # another process made it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return dest
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
