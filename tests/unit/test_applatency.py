@@ -122,7 +122,7 @@ def test_recipe_latency_sections_are_checked(tmp_path, monkeypatch, section, mes
     monkeypatch.setattr(recipes, "APPS_DIR", tmp_path)
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / "recipe.toml").write_text(
-        'description = "x"\n[source]\npackage = "x"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
+        'schema = 1\ndescription = "x"\n[source]\npackage = "x"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
         '[build]\nprogram = "x"\n[bench]\n' + section)
     with pytest.raises(UklError, match=message):
         recipes.load("x")

@@ -264,7 +264,7 @@ def test_recipes_load_and_bad_ones_are_named(tmp_path, monkeypatch):
         assert r.build.library or (r.build.program and r.smoke and r.smoke.expect)
     monkeypatch.setattr(recipes, "APPS_DIR", tmp_path)
     (tmp_path / "x").mkdir()
-    good = ('description = "x"\n[source]\npackage = "x"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
+    good = ('schema = 1\ndescription = "x"\n[source]\npackage = "x"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
             '[build]\nprogram = "x"\n')
     (tmp_path / "x" / "recipe.toml").write_text(good + "colour = 1\n")
     with pytest.raises(UklError, match="unknown key.*colour"):
@@ -279,11 +279,31 @@ def test_recipes_load_and_bad_ones_are_named(tmp_path, monkeypatch):
         recipes.load("y")
 
 
+def test_every_recipe_says_its_schema_and_others_are_refused(tmp_path, monkeypatch):
+    from ukltool.apps import recipes
+    for path in sorted(recipes.APPS_DIR.glob("*/recipe.toml")):
+        assert path.read_text().startswith(f"schema = {recipes.SCHEMA}\n"), f"{path}: say its schema first"
+    monkeypatch.setattr(recipes, "APPS_DIR", tmp_path)
+    (tmp_path / "x").mkdir()
+    body = ('description = "x"\n[source]\npackage = "x"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
+            '[build]\nprogram = "x"\n')
+    (tmp_path / "x" / "recipe.toml").write_text(body)
+    with pytest.raises(UklError, match="lacks 'schema'") as e:
+        recipes.load("x")
+    assert e.value.hint and f"schema = {recipes.SCHEMA}" in e.value.hint
+    for bad in ("2", '"v1"', "true", "1.0"):
+        (tmp_path / "x" / "recipe.toml").write_text(f"schema = {bad}\n" + body)
+        with pytest.raises(UklError, match=r"is not a recipe format this ukl reads \(it reads 1\)"):
+            recipes.load("x")
+    (tmp_path / "x" / "recipe.toml").write_text("schema = 1\n" + body)
+    assert recipes.load("x").description == "x"
+
+
 def test_recipe_dependencies_are_built_first_and_their_prefixes_substituted(tmp_path, monkeypatch):
     from ukltool.apps import recipes
     from ukltool.build import project
     monkeypatch.setattr(recipes, "APPS_DIR", tmp_path)
-    head = 'description = "x"\n[source]\npackage = "{0}"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
+    head = 'schema = 1\ndescription = "x"\n[source]\npackage = "{0}"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
 
     def write(name: str, build: str) -> None:
         (tmp_path / name).mkdir(exist_ok=True)
@@ -324,13 +344,13 @@ def test_recipe_directory_placeholder_names_the_recipe_that_wrote_it(tmp_path, m
     monkeypatch.setattr(recipes, "APPS_DIR", tmp_path / "apps")
     monkeypatch.setenv("UKL_CACHE", str(tmp_path / "cache"))
     tmp_path = tmp_path / "apps"
-    head = 'description = "x"\n[source]\npackage = "x"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
+    head = 'schema = 1\ndescription = "x"\n[source]\npackage = "x"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
     for name, build in (("base", 'program = "p"\nconfigure_args = ["-DCMAKE_C_FLAGS=-I{recipe}"]\n'
                                  'make_args = ["CONF={recipe}/x.conf"]\n'),
                         ("child", 'make_args = ["MORE={recipe}"]\n')):
         (tmp_path / name).mkdir(parents=True)
         (tmp_path / name / "recipe.toml").write_text(
-            ('extends = "base"\ndescription = "y"\n' if name == "child" else head) + "[build]\n" + build)
+            ('schema = 1\nextends = "base"\ndescription = "y"\n' if name == "child" else head) + "[build]\n" + build)
     (tmp_path / "base" / "x.conf").write_text("conf\n")
     r = recipes.load("base")
     # a copy of the recipe's directory in the cache, named by its content:
@@ -375,7 +395,7 @@ def test_recipe_bench_sections_are_checked(tmp_path, monkeypatch):
     from ukltool.apps import recipes
     monkeypatch.setattr(recipes, "APPS_DIR", tmp_path)
     (tmp_path / "x").mkdir()
-    good = ('description = "x"\n[source]\npackage = "x"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
+    good = ('schema = 1\ndescription = "x"\n[source]\npackage = "x"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
             '[build]\nprogram = "x"\n')
     for bench, message in (('protocol = "gopher"\n', "not one of"), ('protocol = "redis"\n', "needs a port"),
                            ('protocol = "redis"\nport = 1\ncomm = "x"\nops = ["del"]\n', "ops get or set"),
@@ -409,13 +429,14 @@ def test_a_recipe_extends_another_with_patches_of_its_own(tmp_path, monkeypatch)
         (tmp_path / d).mkdir()
     (tmp_path / "srv" / "srv.conf").write_text("x\n")
     (tmp_path / "srv" / "recipe.toml").write_text(
-        'description = "a server"\n[source]\npackage = "srv"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
+        'schema = 1\ndescription = "a server"\n'
+        '[source]\npackage = "srv"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
         '[build]\nprogram = "srv"\nmake_args = ["A=1"]\n[image]\nfiles = [["srv.conf", "/etc/srv.conf"]]\n'
         'args = ["-p", "1"]\n[tests]\ncommand = ["{recipe}/check.sh", "{port}"]\nport = 1\nprobe = "x"\n'
         'finished = "done"\nverdicts = { ok = "^ok", err = "^err" }\n')
     (tmp_path / "srv-x" / "one.patch").write_text("--- a/f\n+++ b/f\n")
     (tmp_path / "srv-x" / "recipe.toml").write_text(
-        'extends = "srv"\ndescription = "the server, patched"\n[source]\npatches = ["one.patch"]\n'
+        'schema = 1\nextends = "srv"\ndescription = "the server, patched"\n[source]\npatches = ["one.patch"]\n'
         '[build]\nmake_args = ["A=2"]\n[tests]\nverdicts = { ok = "^passed" }\n')
     base, x = recipes.load("srv"), recipes.load("srv-x")
     assert x.extends == "srv" and not base.extends and x.description == "the server, patched"
@@ -433,7 +454,7 @@ def test_a_recipe_extends_another_with_patches_of_its_own(tmp_path, monkeypatch)
                           ('extends = "srv-y"\n', "names the recipe this one modifies"),
                           ('extends = "srv"\n[source]\npatches = ["two.patch"]\n', "two.patch does not exist"),
                           ('extends = "none"\n', "no recipe named 'none'")):
-        (tmp_path / "srv-y" / "recipe.toml").write_text(text)
+        (tmp_path / "srv-y" / "recipe.toml").write_text("schema = 1\n" + text)
         with pytest.raises(UklError, match=message):
             recipes.load("srv-y")
 

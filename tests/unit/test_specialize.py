@@ -196,7 +196,7 @@ def test_a_specialized_name_must_exist_in_the_cache(tmp_path, monkeypatch):
 def test_recipe_specialize_options_are_checked(tmp_path, monkeypatch):
     monkeypatch.setattr(recipes, "APPS_DIR", tmp_path)
     (tmp_path / "x").mkdir()
-    head = ('description = "x"\n[source]\npackage = "x"\nversion = "1"\ndsc_sha256 = "0"\n'
+    head = ('schema = 1\ndescription = "x"\n[source]\npackage = "x"\nversion = "1"\ndsc_sha256 = "0"\n'
             '[build]\nprogram = "x"\n')
     (tmp_path / "x" / "recipe.toml").write_text(
         head + '[specialize]\noptions = [{ name = "CONFIG_IPV6", reason = "clients over IPv6" }]\n')

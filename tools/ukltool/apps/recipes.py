@@ -24,6 +24,11 @@ from ukltool.util.paths import REPO, cache_dir
 from ukltool.util.proc import need_tool, run
 
 APPS_DIR = REPO / "apps"
+# The recipe formats this ukl reads: every recipe.toml says which it is
+# written in (`schema = 1`), so that a change to the format is an error
+# naming the file, not a misread.
+SCHEMA = 1
+SCHEMAS = (1,)
 
 
 @dataclass
@@ -176,6 +181,7 @@ def _read(name: str) -> tuple[dict[str, Any], str]:
     except tomllib.TOMLDecodeError as e:
         raise UklError(f"{path}: {e}", "fix the TOML syntax") from None
     where = str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+    _schema(data, where)
     src, img = data.get("source"), data.get("image")
     if isinstance(src, dict) and isinstance(src.get("patches"), list):
         if not all(isinstance(p, str) for p in src["patches"]):
@@ -216,6 +222,18 @@ def _recipe_copy(name: str) -> Path:
         except OSError:  # another process made it first
             shutil.rmtree(tmp, ignore_errors=True)
     return dest
+
+
+def _schema(data: dict[str, Any], where: str) -> None:
+    """Check (and take out) the recipe's `schema`: the format it is written in."""
+    if "schema" not in data:
+        raise UklError(f"{where} lacks 'schema', the version of the recipe format it is written in",
+                       f"add `schema = {SCHEMA}` at its top (apps/README.md describes format {SCHEMA})")
+    schema = data.pop("schema")
+    if not isinstance(schema, int) or isinstance(schema, bool) or schema not in SCHEMAS:
+        raise UklError(f"{where}: schema = {schema!r} is not a recipe format this ukl reads "
+                       f"(it reads {', '.join(map(str, SCHEMAS))})",
+                       f"write it in format {SCHEMA} (apps/README.md), or use the ukl it was written for")
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
