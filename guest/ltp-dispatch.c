@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * ltp-dispatch: many LTP tests in one program, for `ukl conformance ltp`
- * (tools/ukltool/ltp.py), which links it with the tests' objects and one
+ * (tools/ukltool/apps/ltp.py), which links it with the tests' objects and one
  * copy of LTP's library, as a UKL application or an ordinary static
  * program.
  *

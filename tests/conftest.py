@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[1]
 UKL = REPO / "ukl"
 sys.path.insert(0, str(REPO / "tools"))
 
-from ukltool import kernel  # noqa: E402
+from ukltool.linux import kernel  # noqa: E402
 
 # The configurations under test: every one in kernel/configs, so that a new
 # configuration gets its coverage without editing the tests.
@@ -100,7 +100,7 @@ def build(src: Path | list[Path], config: str, out: Path, *extra: str) -> Path:
 
 
 def assert_clean(log: Path) -> None:
-    from ukltool import logscan
+    from ukltool.run import logscan
     bad = logscan.failure_lines(log.read_text(errors="replace"))
     assert not bad, f"kernel failure lines in {log}: {bad}"
 

@@ -1,5 +1,5 @@
 """Kernel-shaped files for unit tests: a minimal ELF file with notes, and a
-bzImage whose payload is it (tools/ukltool/bzimage.py reads them)."""
+bzImage whose payload is it (tools/ukltool/linux/bzimage.py reads them)."""
 
 from __future__ import annotations
 

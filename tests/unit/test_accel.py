@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ukltool import vm
-from ukltool.errors import UklError
+from ukltool.run import vm
+from ukltool.util.errors import UklError
 
 # A fake qemu-system-x86_64: --version, and a "boot" that writes what the
 # guest's init would to the second serial port (the status channel).

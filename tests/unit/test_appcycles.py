@@ -7,17 +7,20 @@ import json
 
 import pytest
 
-from ukltool import appbench, appcycles, cli, cyclemodel, recipes
-from ukltool.errors import UklError
+from ukltool import cli
+from ukltool.apps import recipes
+from ukltool.bench import appbench, appcycles
+from ukltool.plugin import cyclemodel, insnclass
+from ukltool.util.errors import UklError
 
-EXTRA = {c: 0.0 for c in cyclemodel.CLASSES} | {"syscall": 100.0, "swapgs": 50.0, "verw": 400.0}
+EXTRA = {c: 0.0 for c in insnclass.CLASSES} | {"syscall": 100.0, "swapgs": 50.0, "verw": 400.0}
 
 
 def plugin_report(regions: dict[int, tuple[int, int, dict[str, int]]], unbalanced: int = 0) -> str:
     """An insnclass report: {id: (iterations, insns, counts)}."""
     return json.dumps({
         "plugin": "insnclass", "format": 1, "vcpus": 1, "inline": True,
-        "classes": [*cyclemodel.CLASSES, "other"], "unbalanced": unbalanced,
+        "classes": [*insnclass.CLASSES, "other"], "unbalanced": unbalanced,
         "total": {"insns": 10**9, "counts": {}}, "outside": {"insns": 0, "counts": {}},
         "regions": [{"id": i, "iterations": it, "insns": n, "insns_min": n, "insns_max": n,
                      "counts": c | {"other": n - sum(c.values())}, "mode": {"iterations": it, "counts": c},
@@ -28,7 +31,7 @@ LOADS = [appbench.Point("get", 1, 1, 1000, 14_000_000, 1), appbench.Point("set",
 
 
 def counts_of(regions: dict[int, tuple[int, int, dict[str, int]]], unbalanced: int = 0) -> list[appcycles.LoadCounts]:
-    return appcycles.load_counts(cyclemodel.parse_report(plugin_report(regions, unbalanced)), LOADS, "test")
+    return appcycles.load_counts(insnclass.parse_report(plugin_report(regions, unbalanced)), LOADS, "test")
 
 
 def test_region_k_is_load_k_and_per_request_figures_follow():
@@ -95,10 +98,10 @@ def test_counts_survive_json_and_take_another_cost_table(tmp_path):
     appbench.save_json([rep], path)
     (back,) = appbench.load_json(path)
     assert back.model == rep.model and back.baseline == "linux-mitigated"
-    again = appcycles.remodel(back.model, cyclemodel.DEFAULT_CPU)
+    again = cyclemodel.remodel(back.model, cyclemodel.DEFAULT_CPU)
     assert again.results == rep.model.results and again.cpu == cyclemodel.DEFAULT_CPU
     with pytest.raises(UklError, match="no counts of costly instructions"):
-        appcycles.remodel(None, cyclemodel.DEFAULT_CPU)
+        cyclemodel.remodel(None, cyclemodel.DEFAULT_CPU)
 
 
 def test_model_without_icount_is_refused(capsys):
@@ -109,7 +112,7 @@ def test_model_without_icount_is_refused(capsys):
 
 
 def test_reports_compare_with_their_own_baseline_in_host_mode_too():
-    from ukltool import hostbench
+    from ukltool.bench import hostbench
     wall = hostbench.WallReport("redis", "Redis", "m", ["linux-mitigated", "base-mitigated"], 1,
                                 results={"linux-mitigated": [hostbench.Result("GET", 1000.0, 1.0, 2.0)],
                                          "base-mitigated": [hostbench.Result("GET", 1100.0, 0.9, 1.8)]})

@@ -8,8 +8,9 @@ import json
 
 import pytest
 
-from ukltool import appbench, applatency, recipes
-from ukltool.errors import UklError
+from ukltool.apps import recipes
+from ukltool.bench import appbench, applatency
+from ukltool.util.errors import UklError
 
 # What bench/appload.c printed against a memcached on the host
 LINE = "APPRATE memcache get 4000 4 20000 20423 20419 66864 377142 1192184 76208836 195897202"
@@ -121,7 +122,7 @@ def test_recipe_latency_sections_are_checked(tmp_path, monkeypatch, section, mes
     monkeypatch.setattr(recipes, "APPS_DIR", tmp_path)
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / "recipe.toml").write_text(
-        'description = "x"\n[source]\npackage = "x"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
+        'schema = 1\ndescription = "x"\n[source]\npackage = "x"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
         '[build]\nprogram = "x"\n[bench]\n' + section)
     with pytest.raises(UklError, match=message):
         recipes.load("x")

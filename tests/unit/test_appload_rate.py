@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from ukltool import appbench, applatency
+from ukltool.bench import appbench, applatency
 
 GET_ANSWER = b"VALUE ukl:k1 0 32\r\n0123456789abcdef0123456789abcdef\r\nEND\r\n"
 

@@ -12,9 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from ukltool import bootbench, cli, initramfs
-from ukltool.bootbench import Hit
-from ukltool.errors import UklError
+from ukltool import cli
+from ukltool.bench import bootbench
+from ukltool.bench.bootbench import Hit
+from ukltool.build import initramfs
+from ukltool.plugin import insnclass
+from ukltool.util.errors import UklError
 
 
 def test_names_keep_order_drop_repeats_and_refuse_nothing():
@@ -100,13 +103,19 @@ REPORT = {"plugin": "insnclass", "format": 1, "halts": 0, "points": [
     {"vaddr": 6, "insns": 95_000, "halts": 4, "wall_ns": 950_000_000}]}
 
 
+def read_points(report: dict) -> list[Hit | None]:
+    """The boot points in REPORT, with the rest of a plugin's report."""
+    rest = {"classes": [*insnclass.CLASSES, insnclass.OTHER], "total": {"insns": 0, "counts": {}}, "regions": []}
+    return insnclass.parse_report(json.dumps({**rest, **report}), "r", points=True).points or []
+
+
 def test_points_and_console_stamps_are_read():
-    hits = bootbench.read_points(json.dumps(REPORT), "r")
+    hits = read_points(REPORT)
     assert hits[0] == Hit(1000, 0, 10_000_000) and len(hits) == 6
     none = {**REPORT, "points": [{"vaddr": 1, "insns": None, "halts": None, "wall_ns": None}]}
-    assert bootbench.read_points(json.dumps(none), "r") == [None]
+    assert read_points(none) == [None]
     with pytest.raises(UklError, match="cannot read the boot points"):
-        bootbench.read_points("{}", "r")
+        read_points({**REPORT, "points": None})
     console = "[ 0.1] x\nukl-init: stamp tsc 123\r\nukl-init: reply tsc 456\n"
     assert bootbench.console_tsc(console, "stamp") == 123
     assert bootbench.console_tsc(console, "reply") == 456
@@ -114,7 +123,7 @@ def test_points_and_console_stamps_are_read():
 
 
 def test_timeline_adds_the_idle_time_read_at_inits_stamp():
-    hits = bootbench.read_points(json.dumps(REPORT), "r")
+    hits = read_points(REPORT)
     # TSC at the stamp 150,000: 60,000 ns idled before it (3 halts)
     t = bootbench.timeline(hits, 150_000, 200_000, icount=True)
     assert t.instructions == 90_000
@@ -131,16 +140,16 @@ def test_timeline_marks_what_it_cannot_know():
     idled = json.loads(json.dumps(REPORT))
     idled["points"][0]["halts"] = 2        # the firmware idled
     idled["points"][4]["halts"] = 5        # the CPU idled between the stamp and main()
-    t = bootbench.timeline(bootbench.read_points(json.dumps(idled), "r"), 150_000, None, icount=True)
+    t = bootbench.timeline(read_points(idled), 150_000, None, icount=True)
     assert not t.exact and len(t.notes) == 2
-    plain = bootbench.timeline(bootbench.read_points(json.dumps(REPORT), "r"), None, None, icount=False)
+    plain = bootbench.timeline(read_points(REPORT), None, None, icount=False)
     assert plain.ns is None and plain.instructions == 90_000 and plain.reply_instructions == 94_000
     with pytest.raises(UklError, match="no time stamp"):
-        bootbench.timeline(bootbench.read_points(json.dumps(REPORT), "r"), None, None, icount=True)
+        bootbench.timeline(read_points(REPORT), None, None, icount=True)
     missing = json.loads(json.dumps(REPORT))
     missing["points"][4] = {"vaddr": 5, "insns": None, "halts": None, "wall_ns": None}
     with pytest.raises(UklError, match="never reached main"):
-        bootbench.timeline(bootbench.read_points(json.dumps(missing), "r"), 1, None, icount=True)
+        bootbench.timeline(read_points(missing), 1, None, icount=True)
 
 
 def fits(least: int):
@@ -283,7 +292,7 @@ def test_timeline_of_the_application_as_pid_1():
     quiet = json.loads(json.dumps(REPORT))
     for p in quiet["points"]:
         p["halts"] = 0
-    t = bootbench.timeline(bootbench.read_points(json.dumps(quiet), "r"), None, None, icount=True, pid1=True)
+    t = bootbench.timeline(read_points(quiet), None, None, icount=True, pid1=True)
     assert t.exact and t.ns == t.instructions == 90_000
-    idled = bootbench.timeline(bootbench.read_points(json.dumps(REPORT), "r"), None, None, icount=True, pid1=True)
+    idled = bootbench.timeline(read_points(REPORT), None, None, icount=True, pid1=True)
     assert not idled.exact and idled.ns is None and "idled" in idled.notes[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from ukltool import app, cc
+from ukltool.build import app, cc
 
 
 def test_compile_flags_keep_pic_code_pic():

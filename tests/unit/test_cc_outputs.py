@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from ukltool import cc, image, libc
-from ukltool.errors import UklError
+from ukltool.build import cc, image
+from ukltool.glibc import libc
+from ukltool.util.errors import UklError
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
 

@@ -9,7 +9,7 @@ import tomllib
 
 import ukltool
 from conftest import REPO, UKL, ukl
-from ukltool import kernel, profiles
+from ukltool.linux import kernel, profiles
 
 
 def test_version_names_the_release_and_the_checkout():

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from conftest import UKL
-from ukltool import appbench, cli, hostbench
-from ukltool.errors import UklError
+from ukltool import cli
+from ukltool.bench import appbench, hostbench
+from ukltool.util.errors import UklError
 
 SHARED = {"--json": cli.HELP_JSON, "--markdown": cli.HELP_MARKDOWN, "--plot": cli.HELP_PLOT,
           "--from-json": cli.HELP_FROM_JSON, "--timeout": cli.HELP_TIMEOUT, "--icount": cli.HELP_ICOUNT,

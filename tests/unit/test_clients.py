@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from ukltool import clients, netns
-from ukltool.errors import UklError
+from ukltool.apps import clients
+from ukltool.run import netns
+from ukltool.util.errors import UklError
 
 DATA = Path(__file__).parent / "data" / "clients"
 
@@ -88,7 +89,7 @@ def test_netns_commands_name_the_namespace():
 
 
 def test_netbench_section_is_checked():
-    from ukltool import recipes
+    from ukltool.apps import recipes
     nb = recipes._netbench({"port": 80, "probe": "x", "loads": [{"name": "ab", "command": ["ab", "http://{host}/"]}]},
                            "r [netbench]")
     assert nb.loads[0].timeout == 300 and nb.args == []
@@ -101,7 +102,7 @@ def test_netbench_section_is_checked():
 
 
 def test_apptest_outcomes_round_trip(tmp_path):
-    from ukltool import apptest
+    from ukltool.apps import apptest
     outs = [apptest.Outcome("linux", {"ok": 3, "err": 1}, ["[err]: x"], tmp_path / "l.log", True, "tap")]
     apptest.save_json(outs, tmp_path / "a.json")
     apptest.save_json([apptest.Outcome("base", {"ok": 4, "err": 0}, [], tmp_path / "b.log", False, "tap")],
@@ -120,7 +121,7 @@ def test_appload_open_loop_line():
 
 
 def test_a_netbench_appload_command_is_the_loader_built_on_the_host(monkeypatch, tmp_path):
-    from ukltool import appbench, hostbench
+    from ukltool.bench import appbench, hostbench
     monkeypatch.setattr(appbench, "loader", lambda: tmp_path / "appload-x")
     assert hostbench._expand(["appload", "rate", "memcache", "{host}:{port}", "get", "-", "10", "4", "100"], 11211) \
         == [str(tmp_path / "appload-x"), "rate", "memcache", f"{netns.GUEST_IP}:11211", "get", "-", "10", "4", "100"]
@@ -128,7 +129,7 @@ def test_a_netbench_appload_command_is_the_loader_built_on_the_host(monkeypatch,
 
 
 def test_open_loop_rows_compare_p99_and_stay_out_of_the_throughput_plot(tmp_path, monkeypatch):
-    from ukltool import hostbench
+    from ukltool.bench import hostbench
     rep = hostbench.WallReport("memcached", "m", "x", ["linux", "base"], 1)
     rep.results = {"linux": [hostbench.Result("get/set c=4", 4000, 0.4, 4.0),
                              hostbench.Result("GET open 2,000/s", 2000, 0.5, 2.0, 2040)],
@@ -143,7 +144,7 @@ def test_open_loop_rows_compare_p99_and_stay_out_of_the_throughput_plot(tmp_path
     hostbench.save_json([rep], [], path)
     (back,), _ = hostbench.load_json(path)
     assert back.results == rep.results
-    from ukltool import appbench
+    from ukltool.bench import appbench
     seen: list[list[str]] = []
     monkeypatch.setattr(appbench, "plot_ratios", lambda labels, *a, **k: seen.append(labels))
     hostbench.plot([rep], [], tmp_path / "w.png")

@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from ukltool import bench, cyclemodel
-from ukltool.errors import UklError
+from ukltool.bench import syscalls
+from ukltool.plugin import cyclemodel, insnclass
+from ukltool.util.errors import UklError
 
 
 def report_json(regions: list[dict], classes: list[str] | None = None) -> str:
     return json.dumps({
         "plugin": "insnclass", "format": 1, "vcpus": 1, "inline": True,
-        "classes": classes or [*cyclemodel.CLASSES, "other"], "unbalanced": 0,
+        "classes": classes or [*insnclass.CLASSES, "other"], "unbalanced": 0,
         "total": {"insns": 1000000, "counts": {"syscall": 2100, "swapgs": 4200, "other": 990000}},
         "outside": {"insns": 900000, "counts": {}},
         "regions": regions})
@@ -32,7 +33,7 @@ CONSOLE = "BENCH-INFO x\nREGION 0 getppid 0 1000\nBENCH getppid 0 209 209 1000\n
 def table_text(**override: str) -> str:
     """A valid table (every class costs 10), with sections replaced."""
     parts = {"cpu": '[cpu]\nname = "Test CPU"\n'}
-    for c in cyclemodel.CLASSES:
+    for c in insnclass.CLASSES:
         parts[c] = f'[classes.{c}]\nextra = 10\nbasis = "estimate"\nsource = "test"\n'
     parts.update(override)
     return "\n".join(v for v in parts.values() if v)
@@ -49,7 +50,7 @@ def write_table(tmp_path: Path, text: str, name: str = "test-cpu") -> Path:
 def test_the_shipped_table_covers_every_class_with_a_source():
     assert cyclemodel.DEFAULT_CPU in cyclemodel.cpus()
     t = cyclemodel.load_table(cyclemodel.DEFAULT_CPU)
-    assert set(t.costs) == set(cyclemodel.CLASSES)
+    assert set(t.costs) == set(insnclass.CLASSES)
     assert all(c.source and c.extra >= 0 for c in t.costs.values())
     assert "Skylake" in t.name and t.cpu == "skylake-sp"
 
@@ -97,7 +98,7 @@ def test_unreadable_and_missing_tables(tmp_path):
 # ---- the plugin's report and REGION lines ----
 
 def test_parse_report_and_regions():
-    r = cyclemodel.parse_report(report_json([GETPPID]))
+    r = insnclass.parse_report(report_json([GETPPID]))
     assert r.insns == 1000000 and r.counts["swapgs"] == 4200 and r.unbalanced == 0
     g = r.regions[0]
     assert (g.iterations, g.insns, g.typical_iterations) == (1000, 221000, 999)
@@ -115,14 +116,14 @@ def test_parse_report_and_regions():
 ])
 def test_a_bad_report_is_an_error(text, why):
     with pytest.raises(UklError, match="cannot read r.json") as e:
-        cyclemodel.parse_report(text, "r.json")
+        insnclass.parse_report(text, "r.json")
     assert why in e.value.message
 
 
 # ---- the model ----
 
 def test_op_counts_take_the_typical_iteration_without_the_timing():
-    r = cyclemodel.parse_report(report_json([GETPPID]))
+    r = insnclass.parse_report(report_json([GETPPID]))
     [oc] = cyclemodel.op_counts(r, {0: ("getppid", 0, 1000)})
     assert (oc.op, oc.size, oc.iterations) == ("getppid", 0, 1000)
     assert oc.counts == {"syscall": 1, "sysret": 1, "swapgs": 2}       # no rdtscp: the harness's
@@ -131,14 +132,14 @@ def test_op_counts_take_the_typical_iteration_without_the_timing():
 
 
 def test_op_counts_check_the_regions():
-    r = cyclemodel.parse_report(report_json([GETPPID]))
+    r = insnclass.parse_report(report_json([GETPPID]))
     with pytest.raises(UklError, match="saw no iteration of region 1 \\(read 1\\)"):
         cyclemodel.op_counts(r, {0: ("getppid", 0, 1000), 1: ("read", 1, 1000)}, "linux")
     with pytest.raises(UklError, match="saw 1000 iterations of region 0 .* ran 10"):
         cyclemodel.op_counts(r, {0: ("getppid", 0, 10)})
     no_timing = {**GETPPID, "mode": {"iterations": 1000, "counts": {"syscall": 1}}}
     with pytest.raises(UklError, match="lacks the timing's own"):
-        cyclemodel.op_counts(cyclemodel.parse_report(report_json([no_timing])), {0: ("getppid", 0, 1000)})
+        cyclemodel.op_counts(insnclass.parse_report(report_json([no_timing])), {0: ("getppid", 0, 1000)})
 
 
 def test_cycles_arithmetic():
@@ -171,13 +172,13 @@ BENCH-DONE
 """
 
 
-def model_report() -> bench.Report:
-    r = bench.Report(unit="guest instructions", accel="tcg", icount=True, quick=True, machine="m",
+def model_report() -> syscalls.Report:
+    r = syscalls.Report(unit="guest instructions", accel="tcg", icount=True, quick=True, machine="m",
                      configs=["linux", "base"])
     r.kernels = {"linux": "6.1", "base": "6.1"}
-    r.results = {"linux": bench.parse(RUN), "base": bench.parse(RUN.replace("209 209", "213 213"))}
+    r.results = {"linux": syscalls.parse(RUN), "base": syscalls.parse(RUN.replace("209 209", "213 213"))}
     r.model = cyclemodel.new_model(cyclemodel.load_table(cyclemodel.DEFAULT_CPU))
-    counts = cyclemodel.parse_report(report_json([GETPPID]))
+    counts = insnclass.parse_report(report_json([GETPPID]))
     for c in r.configs:
         r.model.results[c] = cyclemodel.op_counts(counts, cyclemodel.parse_regions(RUN), c)
     return r
@@ -187,24 +188,24 @@ def test_reports_show_modelled_cycles_and_keep_the_counts(tmp_path):
     r = model_report()
     extra = r.model.extra
     want = 209 + extra["syscall"] + extra["sysret"] + 2 * extra["swapgs"]
-    assert bench.cells(r, "getppid", 0, bench.rows(r)[0][2])[-2:] == [f"{want:.0f}", f"{want + 4:.0f}"]
-    md = bench.markdown(r, None)
+    assert syscalls.cells(r, "getppid", 0, syscalls.rows(r)[0][2])[-2:] == [f"{want:.0f}", f"{want + 4:.0f}"]
+    md = syscalls.markdown(r, None)
     assert "linux modelled cycles (model: skylake-sp)" in md and "a model, not a measurement" in md
     assert f"| getppid |  | 209 (209) | 213 (213) | +1.9% | {want:.0f} | {want + 4:.0f} |" in md
-    assert bench.table(r).row_count == 1 and len(bench.table(r).columns) == 7
+    assert syscalls.table(r).row_count == 1 and len(syscalls.table(r).columns) == 7
     path = tmp_path / "r.json"
-    bench.save_json(r, path)
+    syscalls.save_json(r, path)
     data = json.loads(path.read_text())
     assert data["model"]["results"]["base"][0]["counts"] == {"syscall": 1, "sysret": 1, "swapgs": 2}
-    back = bench.load_json(path)
+    back = syscalls.load_json(path)
     assert back.model == r.model and back.results == r.results
 
 
 def test_reports_without_a_model_are_unchanged(tmp_path):
     r = model_report()
     r.model = None
-    assert len(bench.cells(r, "getppid", 0, bench.rows(r)[0][2])) == 5
-    assert "modelled" not in bench.markdown(r, None)
+    assert len(syscalls.cells(r, "getppid", 0, syscalls.rows(r)[0][2])) == 5
+    assert "modelled" not in syscalls.markdown(r, None)
     path = tmp_path / "r.json"
-    bench.save_json(r, path)
-    assert bench.load_json(path).model is None
+    syscalls.save_json(r, path)
+    assert syscalls.load_json(path).model is None

@@ -11,8 +11,9 @@ import subprocess
 import pytest
 from fakekernel import elf_with_notes, fake_bzimage, note
 
-from ukltool import bzimage, vm
-from ukltool.errors import UklError
+from ukltool.linux import bzimage
+from ukltool.run import vm
+from ukltool.util.errors import UklError
 
 
 def test_the_pvh_entry_is_read_from_the_payload():
@@ -123,7 +124,7 @@ def test_pid1_puts_the_application_and_its_arguments_last(tmp_path):
 
 
 def test_the_kernels_init_exit_line_gives_the_status():
-    from ukltool import protocol
+    from ukltool.build import protocol
     console = ("ukl: init exited: status 9\n"                       # the application's own output: not it
                "[    0.503021] ukl: init exited: status 134 (signal 6)\n[    0.51] Restarting system.\n")
     assert protocol.parse_init_exit(console) == 134
@@ -152,7 +153,7 @@ def test_pid1_arguments_the_kernel_would_cut_or_split(tmp_path):
 
 
 def test_the_status_line_is_found_after_output_without_a_newline():
-    from ukltool import protocol
+    from ukltool.build import protocol
     assert protocol.parse_init_exit("no newline at the end[    0.9] ukl: init exited: status 3\n") == 3
 
 

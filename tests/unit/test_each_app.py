@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ukltool import cli
-from ukltool.errors import UklError
+from ukltool.util.errors import UklError
 
 
 def test_a_failing_application_keeps_the_finished_ones(tmp_path: Path):

@@ -1,4 +1,4 @@
-"""The ring-0 compile flags have one source (ukltool.flags): glibc's
+"""The ring-0 compile flags have one source (ukltool.build.flags): glibc's
 compiler wrapper, a shell script, must add exactly the same ones."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ukltool import flags
-from ukltool.paths import REPO
+from ukltool.build import flags
+from ukltool.util.paths import REPO
 
 WRAPPER = REPO / "libc" / "ukl-gcc"
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ukltool import cc, gccargs
-from ukltool.errors import UklError
+from ukltool.build import cc, gccargs
+from ukltool.util.errors import UklError
 
 
 def kinds(cmd: gccargs.Command) -> list[tuple[str, str]]:

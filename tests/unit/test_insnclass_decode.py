@@ -9,9 +9,9 @@ import subprocess
 
 import pytest
 
-from ukltool import plugin
-from ukltool.errors import UklError
-from ukltool.paths import REPO
+from ukltool.plugin import insnclass
+from ukltool.util.errors import UklError
+from ukltool.util.paths import REPO
 
 
 class Kind(ctypes.Structure):
@@ -24,7 +24,7 @@ NONE, BEGIN, END, SELECT = range(4)  # enum marker
 
 @pytest.fixture(scope="module")
 def decoder():
-    lib = ctypes.CDLL(str(plugin.build(decoder_only=True)))
+    lib = ctypes.CDLL(str(insnclass.build(decoder_only=True)))
     lib.insnclass_decode.restype = Kind
     lib.insnclass_decode.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
     lib.insnclass_name.restype = ctypes.c_char_p
@@ -166,15 +166,15 @@ def test_bench_region_h_emits_what_the_decoder_reads(tmp_path):
 
 def test_the_plugin_builds_once_per_source(tmp_path, monkeypatch):
     monkeypatch.setenv("UKL_CACHE", str(tmp_path))
-    so = plugin.build()
+    so = insnclass.build()
     assert so.parent == tmp_path / "plugins" and so.name.startswith("insnclass-") and so.stat().st_size > 0
-    assert plugin.build() == so
-    assert plugin.option(so, tmp_path / "a,b.json") == f"file={so},out={tmp_path}/a,,b.json"
+    assert insnclass.build() == so
+    assert insnclass.option(so, tmp_path / "a,b.json") == f"file={so},out={tmp_path}/a,,b.json"
 
 
 def test_a_failing_compiler_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("UKL_CACHE", str(tmp_path))
     monkeypatch.setenv("UKL_HOST_CC", "false")
     with pytest.raises(UklError, match="building the QEMU plugin .*insnclass.c with false failed"):
-        plugin.build()
+        insnclass.build()
     assert not list((tmp_path / "plugins").iterdir())

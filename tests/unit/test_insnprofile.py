@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ukltool import bench, insnprofile
-from ukltool.errors import UklError
+from ukltool.bench import syscalls
+from ukltool.plugin import insnclass, insnprofile
+from ukltool.util.errors import UklError
 
 K = 0xFFFFFFFF81000000
 OPS = ["getppid", "read", "write"]
@@ -22,7 +23,7 @@ OPS = ["getppid", "read", "write"]
 def test_points_name_operations_and_sizes():
     assert insnprofile.parse_points("getppid, read:1,write:4096", OPS) == [("getppid", 0), ("read", 1),
                                                                              ("write", 4096)]
-    assert bench.profile_points("getppid,page-fault:4096") == [("getppid", 0), ("page-fault", 4096)]
+    assert syscalls.profile_points("getppid,page-fault:4096") == [("getppid", 0), ("page-fault", 4096)]
 
 
 @pytest.mark.parametrize("spec, what", [("getpid", "'getpid' is not an operation"),
@@ -35,12 +36,15 @@ def test_bad_points_are_named(spec, what):
 
 
 def test_the_plugin_profile_is_read_and_checked():
-    text = json.dumps({"profile": [[3, 10, [K, K + 4]], [4, 1, [5]]]})
-    assert insnprofile.read_profile(text) == [(3, 10, (K, K + 4)), (4, 1, (5,))]
+    head = {"plugin": "insnclass", "format": 1, "classes": [*insnclass.CLASSES, "other"], "unbalanced": 0,
+            "total": {"insns": 0, "counts": {}}, "regions": []}
+    text = json.dumps({**head, "profile": [[3, 10, [K, K + 4]], [4, 1, [5]]]})
+    assert insnclass.parse_report(text, profile=True).profile == [(3, 10, (K, K + 4)), (4, 1, (5,))]
+    assert insnclass.parse_report(text).profile is None  # read only where asked for
     for bad in ({}, {"profile": {}}, {"profile": [[1, -1, [K]]]}, {"profile": [[1, 2]]},
                 {"profile": [[1, True, [K]]]}):
         with pytest.raises(UklError, match="cannot read the profile"):
-            insnprofile.read_profile(json.dumps(bad), "r.json")
+            insnclass.parse_report(json.dumps({**head, **bad}), "r.json", profile=True)
 
 
 def test_symbols_name_the_nearest_symbol_below():
@@ -125,62 +129,63 @@ def test_markdown_has_a_table_per_point():
 
 
 def test_reports_keep_their_profiles_and_older_files_load(tmp_path):
-    rep = bench.Report(unit="guest instructions", accel="tcg", icount=True, quick=True, machine="m",
-                       configs=["linux"], results={"linux": [bench.Point("getppid", 0, 209, 209, 1000)]},
+    rep = syscalls.Report(unit="guest instructions", accel="tcg", icount=True, quick=True, machine="m",
+                       configs=["linux"], results={"linux": [syscalls.Point("getppid", 0, 209, 209, 1000)]},
                        profiled=[("getppid", 0)], profiles={"linux": [profile("getppid", 0, entry=51)]})
     path = tmp_path / "r.json"
-    bench.save_json(rep, path)
-    back = bench.load_json(path)
+    syscalls.save_json(rep, path)
+    back = syscalls.load_json(path)
     assert back.profiled == [("getppid", 0)]
     assert back.profiles["linux"][0].functions == {"entry": 51}
-    assert "## Where the instructions go" in bench.markdown(back, None)
-    assert [t.title for t in bench.profile_tables(back)] == [
+    assert "## Where the instructions go" in syscalls.markdown(back, None)
+    assert [t.title for t in syscalls.profile_tables(back)] == [
         "getppid: guest instructions per iteration, by function"]
     old = json.loads(path.read_text())
     del old["profiled"], old["profiles"]
     path.write_text(json.dumps(old))
-    back = bench.load_json(path)
+    back = syscalls.load_json(path)
     assert back.profiled == [] and back.profiles == {}
-    assert "Where the instructions go" not in bench.markdown(back, None)
+    assert "Where the instructions go" not in syscalls.markdown(back, None)
 
 
 def test_profile_needs_icount():
     with pytest.raises(UklError, match="--by-function needs --icount"):
-        bench.run(["linux"], icount=False, quick=True, timeout=10, profile=[("getppid", 0)])
+        syscalls.run(["linux"], icount=False, quick=True, timeout=10, profile=[("getppid", 0)])
 
 
 def test_bench_profile_config_checks_the_regions(tmp_path: Path, monkeypatch):
     counts = tmp_path / "insnclass.json"
     counts.write_text(json.dumps({
         "plugin": "insnclass", "format": 1, "vcpus": 1, "inline": True,
-        "classes": [*bench.cyclemodel.CLASSES, "other"], "unbalanced": 0,
+        "classes": [*insnclass.CLASSES, "other"], "unbalanced": 0,
         "total": {"insns": 10, "counts": {}}, "outside": {"insns": 0, "counts": {}},
         "regions": [{"id": 0, "iterations": 2, "insns": 10, "insns_min": 5, "insns_max": 5, "counts": {}}],
         "profile": [[0, 2, [K, K + 1]], [0, 1, [0x400000]]]}))
     monkeypatch.setattr(insnprofile, "load_symbols", lambda path: insnprofile.Symbols([(K, "fn")]))
     console = "REGION 0 getppid 0 2\n"
-    got = bench.profile_config(counts, console, tmp_path / "vmlinux", [("getppid", 0)], "linux")
+    seen = insnclass.read_report(counts, profile=True)
+    got = syscalls.profile_config(seen, console, tmp_path / "vmlinux", [("getppid", 0)], "linux")
     assert got == [insnprofile.OpProfile("getppid", 0, 2, {"fn": 2.0, insnprofile.USER: 0.5})]
     with pytest.raises(UklError, match="ran no point read:1"):
-        bench.profile_config(counts, console, tmp_path / "vmlinux", [("read", 1)], "linux")
+        syscalls.profile_config(seen, console, tmp_path / "vmlinux", [("read", 1)], "linux")
     with pytest.raises(UklError, match="saw 2 iterations"):
-        bench.profile_config(counts, "REGION 0 getppid 0 3\n", tmp_path / "vmlinux", [("getppid", 0)], "linux")
+        syscalls.profile_config(seen, "REGION 0 getppid 0 3\n", tmp_path / "vmlinux", [("getppid", 0)], "linux")
 
 
 def test_application_loads_are_profiled_per_request(tmp_path: Path, monkeypatch):
-    from ukltool import appbench
+    from ukltool.bench import appbench
 
     counts = tmp_path / "insnclass.json"
     region = {"iterations": 1, "insns": 8000, "insns_min": 8000, "insns_max": 8000, "counts": {}}
     counts.write_text(json.dumps({
         "plugin": "insnclass", "format": 1, "vcpus": 1, "inline": True,
-        "classes": [*bench.cyclemodel.CLASSES, "other"], "unbalanced": 0,
+        "classes": [*insnclass.CLASSES, "other"], "unbalanced": 0,
         "total": {"insns": 9000, "counts": {}}, "outside": {"insns": 0, "counts": {}},
         "regions": [{"id": 0, **region}, {"id": 1, **region}],
         "profile": [[0, 4000, [K, K + 1]], [1, 100, [K]], [1, 300, [0x401000]]]}))
     monkeypatch.setattr(insnprofile, "load_symbols", lambda path: insnprofile.Symbols([(K, "tcp_sendmsg")]))
     loads = [appbench.Point("get", 30, 16, 1000, 5, 6), appbench.Point("set", 30, 16, 100, 5, 6)]
-    got = appbench.load_profiles(counts, loads, tmp_path / "vmlinux")
+    got = appbench.load_profiles(insnclass.read_report(counts, profile=True), loads, tmp_path / "vmlinux")
     assert [(p.op, p.iterations, p.functions) for p in got] == [
         (loads[0].label, 1000, {"tcp_sendmsg": 8.0}),
         (loads[1].label, 100, {insnprofile.USER: 3.0, "tcp_sendmsg": 1.0})]

@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from ukltool import cli, initramfs, kernel, logscan, protocol
-from ukltool.errors import UklError
+from ukltool import cli
+from ukltool.build import initramfs, protocol
+from ukltool.linux import kernel
+from ukltool.run import logscan
+from ukltool.util.errors import UklError
 
 
 def test_failure_lines_find_panics_oopses_bugs_warnings():
@@ -182,7 +185,7 @@ def test_icount_runs_one_cpu_and_refuses_more():
 
 
 def test_checkpatch_outcomes_are_read_from_status_and_summary():
-    from ukltool import kernel
+    from ukltool.linux import kernel
     assert kernel.checkpatch_errors(0, "") == 0
     summary = "total: {} errors, 1 warnings, 0 checks, 9 lines checked\n"
     assert kernel.checkpatch_errors(1, "p:3: WARNING:X: y\n" + summary.format(0)) == 0
@@ -216,7 +219,7 @@ def test_builds_of_one_thing_are_serialized(tmp_path, monkeypatch):
     import threading
     import time
 
-    from ukltool import lock
+    from ukltool.util import lock
     monkeypatch.setenv("UKL_CACHE", str(tmp_path))
     inside: list[str] = []
     overlap = []
@@ -235,7 +238,7 @@ def test_builds_of_one_thing_are_serialized(tmp_path, monkeypatch):
     for t in threads:
         t.join()
     assert not overlap
-    code = ("import sys, time; sys.path.insert(0, sys.argv[1]); from ukltool import lock\n"
+    code = ("import sys, time; sys.path.insert(0, sys.argv[1]); from ukltool.util import lock\n"
             "with lock.held('kernel-x', 'x'):\n    print('in', flush=True); time.sleep(1.5)\n")
     other = subprocess.Popen([sys.executable, "-c", code, str(Path(__file__).parents[2] / "tools")],
                              stdout=subprocess.PIPE, text=True, env={"UKL_CACHE": str(tmp_path), "PATH": "/usr/bin"})
@@ -249,19 +252,19 @@ def test_builds_of_one_thing_are_serialized(tmp_path, monkeypatch):
 
 
 def test_the_kernel_key_covers_the_build_code():
-    from ukltool import kernel
+    from ukltool.linux import kernel
     assert len(kernel.build_logic()) == 64 and kernel.build_logic() == kernel.build_logic()
 
 
 def test_recipes_load_and_bad_ones_are_named(tmp_path, monkeypatch):
-    from ukltool import recipes
+    from ukltool.apps import recipes
     for name in recipes.names():
         r = recipes.load(name)
         assert len(r.source.dsc_sha256) == 64
         assert r.build.library or (r.build.program and r.smoke and r.smoke.expect)
     monkeypatch.setattr(recipes, "APPS_DIR", tmp_path)
     (tmp_path / "x").mkdir()
-    good = ('description = "x"\n[source]\npackage = "x"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
+    good = ('schema = 1\ndescription = "x"\n[source]\npackage = "x"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
             '[build]\nprogram = "x"\n')
     (tmp_path / "x" / "recipe.toml").write_text(good + "colour = 1\n")
     with pytest.raises(UklError, match="unknown key.*colour"):
@@ -276,10 +279,31 @@ def test_recipes_load_and_bad_ones_are_named(tmp_path, monkeypatch):
         recipes.load("y")
 
 
-def test_recipe_dependencies_are_built_first_and_their_prefixes_substituted(tmp_path, monkeypatch):
-    from ukltool import project, recipes
+def test_every_recipe_says_its_schema_and_others_are_refused(tmp_path, monkeypatch):
+    from ukltool.apps import recipes
+    for path in sorted(recipes.APPS_DIR.glob("*/recipe.toml")):
+        assert path.read_text().startswith(f"schema = {recipes.SCHEMA}\n"), f"{path}: say its schema first"
     monkeypatch.setattr(recipes, "APPS_DIR", tmp_path)
-    head = 'description = "x"\n[source]\npackage = "{0}"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
+    (tmp_path / "x").mkdir()
+    body = ('description = "x"\n[source]\npackage = "x"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
+            '[build]\nprogram = "x"\n')
+    (tmp_path / "x" / "recipe.toml").write_text(body)
+    with pytest.raises(UklError, match="lacks 'schema'") as e:
+        recipes.load("x")
+    assert e.value.hint and f"schema = {recipes.SCHEMA}" in e.value.hint
+    for bad in ("2", '"v1"', "true", "1.0"):
+        (tmp_path / "x" / "recipe.toml").write_text(f"schema = {bad}\n" + body)
+        with pytest.raises(UklError, match=r"is not a recipe format this ukl reads \(it reads 1\)"):
+            recipes.load("x")
+    (tmp_path / "x" / "recipe.toml").write_text("schema = 1\n" + body)
+    assert recipes.load("x").description == "x"
+
+
+def test_recipe_dependencies_are_built_first_and_their_prefixes_substituted(tmp_path, monkeypatch):
+    from ukltool.apps import recipes
+    from ukltool.build import project
+    monkeypatch.setattr(recipes, "APPS_DIR", tmp_path)
+    head = 'schema = 1\ndescription = "x"\n[source]\npackage = "{0}"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
 
     def write(name: str, build: str) -> None:
         (tmp_path / name).mkdir(exist_ok=True)
@@ -315,18 +339,18 @@ def test_recipe_dependencies_are_built_first_and_their_prefixes_substituted(tmp_
 def test_recipe_directory_placeholder_names_the_recipe_that_wrote_it(tmp_path, monkeypatch):
     """{recipe} in configure and make arguments: the directory of the recipe
     whose file has it (lighttpd's plugin-static.h on the include path)."""
-    from ukltool import recipes
-    from ukltool.paths import cache_dir
+    from ukltool.apps import recipes
+    from ukltool.util.paths import cache_dir
     monkeypatch.setattr(recipes, "APPS_DIR", tmp_path / "apps")
     monkeypatch.setenv("UKL_CACHE", str(tmp_path / "cache"))
     tmp_path = tmp_path / "apps"
-    head = 'description = "x"\n[source]\npackage = "x"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
+    head = 'schema = 1\ndescription = "x"\n[source]\npackage = "x"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
     for name, build in (("base", 'program = "p"\nconfigure_args = ["-DCMAKE_C_FLAGS=-I{recipe}"]\n'
                                  'make_args = ["CONF={recipe}/x.conf"]\n'),
                         ("child", 'make_args = ["MORE={recipe}"]\n')):
         (tmp_path / name).mkdir(parents=True)
         (tmp_path / name / "recipe.toml").write_text(
-            ('extends = "base"\ndescription = "y"\n' if name == "child" else head) + "[build]\n" + build)
+            ('schema = 1\nextends = "base"\ndescription = "y"\n' if name == "child" else head) + "[build]\n" + build)
     (tmp_path / "base" / "x.conf").write_text("conf\n")
     r = recipes.load("base")
     # a copy of the recipe's directory in the cache, named by its content:
@@ -345,7 +369,8 @@ def test_recipe_directory_placeholder_names_the_recipe_that_wrote_it(tmp_path, m
 
 
 def test_app_benchmark_scripts_results_and_report():
-    from ukltool import appbench, recipes
+    from ukltool.apps import recipes
+    from ukltool.bench import appbench
     assert {"redis", "memcached", "nginx", "sqlite3", "leveldb"} <= set(appbench.names())
     sh = appbench.script(recipes.load("redis"), 500)
     assert sh.count("/bin/appload redis 6379 ") == 8 and " redis-server 500 30 16 " in sh
@@ -367,10 +392,10 @@ def test_app_benchmark_scripts_results_and_report():
 
 
 def test_recipe_bench_sections_are_checked(tmp_path, monkeypatch):
-    from ukltool import recipes
+    from ukltool.apps import recipes
     monkeypatch.setattr(recipes, "APPS_DIR", tmp_path)
     (tmp_path / "x").mkdir()
-    good = ('description = "x"\n[source]\npackage = "x"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
+    good = ('schema = 1\ndescription = "x"\n[source]\npackage = "x"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
             '[build]\nprogram = "x"\n')
     for bench, message in (('protocol = "gopher"\n', "not one of"), ('protocol = "redis"\n', "needs a port"),
                            ('protocol = "redis"\nport = 1\ncomm = "x"\nops = ["del"]\n', "ops get or set"),
@@ -381,7 +406,7 @@ def test_recipe_bench_sections_are_checked(tmp_path, monkeypatch):
 
 
 def test_app_benchmark_runs_combine_to_medians_and_spread():
-    from ukltool import appbench
+    from ukltool.bench import appbench
     runs = [[appbench.Point("get", 1, 1, 100, v, 10 * v)] for v in (1000, 1100, 1050)]
     merged, spread = appbench.combine(runs)
     assert merged[0].server_ns == 1050 and merged[0].elapsed_ns == 10500
@@ -391,26 +416,27 @@ def test_app_benchmark_runs_combine_to_medians_and_spread():
 
 
 def test_kernel_references_link_to_the_kernels_own_names():
-    from ukltool import app
+    from ukltool.build import app
     assert app.kernel_name("ukl_kernel.msleep") == "msleep"
     assert app.kernel_name("ukl_entry_SYSCALL_64") == "ukl_entry_SYSCALL_64"
     assert app.kernel_name("ukl_kernel.") == "ukl_kernel."
 
 
 def test_a_recipe_extends_another_with_patches_of_its_own(tmp_path, monkeypatch):
-    from ukltool import recipes
+    from ukltool.apps import recipes
     monkeypatch.setattr(recipes, "APPS_DIR", tmp_path)
     for d in ("srv", "srv-x", "srv-y"):
         (tmp_path / d).mkdir()
     (tmp_path / "srv" / "srv.conf").write_text("x\n")
     (tmp_path / "srv" / "recipe.toml").write_text(
-        'description = "a server"\n[source]\npackage = "srv"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
+        'schema = 1\ndescription = "a server"\n'
+        '[source]\npackage = "srv"\nversion = "1"\ndsc_sha256 = "' + "0" * 64 + '"\n'
         '[build]\nprogram = "srv"\nmake_args = ["A=1"]\n[image]\nfiles = [["srv.conf", "/etc/srv.conf"]]\n'
         'args = ["-p", "1"]\n[tests]\ncommand = ["{recipe}/check.sh", "{port}"]\nport = 1\nprobe = "x"\n'
         'finished = "done"\nverdicts = { ok = "^ok", err = "^err" }\n')
     (tmp_path / "srv-x" / "one.patch").write_text("--- a/f\n+++ b/f\n")
     (tmp_path / "srv-x" / "recipe.toml").write_text(
-        'extends = "srv"\ndescription = "the server, patched"\n[source]\npatches = ["one.patch"]\n'
+        'schema = 1\nextends = "srv"\ndescription = "the server, patched"\n[source]\npatches = ["one.patch"]\n'
         '[build]\nmake_args = ["A=2"]\n[tests]\nverdicts = { ok = "^passed" }\n')
     base, x = recipes.load("srv"), recipes.load("srv-x")
     assert x.extends == "srv" and not base.extends and x.description == "the server, patched"
@@ -428,13 +454,13 @@ def test_a_recipe_extends_another_with_patches_of_its_own(tmp_path, monkeypatch)
                           ('extends = "srv-y"\n', "names the recipe this one modifies"),
                           ('extends = "srv"\n[source]\npatches = ["two.patch"]\n', "two.patch does not exist"),
                           ('extends = "none"\n', "no recipe named 'none'")):
-        (tmp_path / "srv-y" / "recipe.toml").write_text(text)
+        (tmp_path / "srv-y" / "recipe.toml").write_text("schema = 1\n" + text)
         with pytest.raises(UklError, match=message):
             recipes.load("srv-y")
 
 
 def test_the_explicit_redis_recipe_is_redis_with_three_changed_lines():
-    from ukltool import recipes
+    from ukltool.apps import recipes
     redis, explicit = recipes.load("redis"), recipes.load("redis-explicit")
     assert explicit.extends == "redis" and explicit.source.package == redis.source.package
     assert explicit.build == redis.build and explicit.bench == redis.bench

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, ukl
-from ukltool import ltp
-from ukltool.errors import UklError
+from ukltool.apps import ltp
+from ukltool.util.errors import UklError
 
 # A console as a boot writes it: kernel messages, init, the dispatcher's
 # markers around LTP's own output (absolute source paths, as the

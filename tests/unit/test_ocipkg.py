@@ -18,8 +18,8 @@ import pytest
 from fakekernel import pvh_bzimage
 
 from conftest import ukl
-from ukltool import ocipkg
-from ukltool.errors import UklError
+from ukltool.run import ocipkg
+from ukltool.util.errors import UklError
 
 
 def fake_image(root: Path, args: list[str] | None = None, forwards: list[list[int]] | None = None,

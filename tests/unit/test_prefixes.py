@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ukltool import prefixes, series, sources
-from ukltool.errors import UklError
+from ukltool.linux import prefixes
+from ukltool.source import series, sources
+from ukltool.util.errors import UklError
 
 
 def _git(repo: Path, *args: str) -> str:

@@ -1,4 +1,4 @@
-"""Profiles and option words (tools/ukltool/profiles.py), without a VM."""
+"""Profiles and option words (tools/ukltool/linux/profiles.py), without a VM."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from ukltool import profiles
-from ukltool.errors import UklError
+from ukltool.linux import profiles
+from ukltool.util.errors import UklError
 
 TABLE = {"byp": profiles.Option("byp", "bypass", False), "byp-every": profiles.Option("byp-every", "n", True),
          "rtc-max-us": profiles.Option("rtc-max-us", "us", True, 1000)}

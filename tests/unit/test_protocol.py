@@ -1,12 +1,13 @@
-"""The host's side of the guest protocol (ukltool.protocol) and the
+"""The host's side of the guest protocol (ukltool.build.protocol) and the
 guest's (guest/init.c) agree."""
 
 from __future__ import annotations
 
 import re
 
-from ukltool import protocol, vm
-from ukltool.paths import GUEST_DIR
+from ukltool.build import protocol
+from ukltool.run import vm
+from ukltool.util.paths import GUEST_DIR
 
 INIT = (GUEST_DIR / "init.c").read_text()
 

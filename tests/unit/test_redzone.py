@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ukltool import app, redzone
-from ukltool.errors import UklError
+from ukltool.build import app, redzone
+from ukltool.util.errors import UklError
 
 LEAF = "int leaf(int a) { int v[8]; for (int i = 0; i < 8; i++) v[i] = a * i; return v[a & 7]; }\n"
 

@@ -1,4 +1,4 @@
-"""The remote-call ring's ABI: the Python mirror (ukltool.remote) against
+"""The remote-call ring's ABI: the Python mirror (ukltool.run.remote) against
 the C header, compiled with the host's compiler; the header the kernel
 patch adds against the shadow's copy; the guest-physical layout of QEMU's
 pc machine; and memory sizes as `-m` reads them. No VM."""
@@ -11,10 +11,10 @@ import subprocess
 
 import pytest
 
-from ukltool import remote
-from ukltool.errors import UklError
-from ukltool.paths import PATCH_DIR, REPO
-from ukltool.proc import host_cc
+from ukltool.run import remote
+from ukltool.util.errors import UklError
+from ukltool.util.paths import PATCH_DIR, REPO
+from ukltool.util.proc import host_cc
 
 HEADER = REPO / "tools" / "remote" / "ukl_ring.h"
 PATCHED = "arch/x86/include/uapi/asm/ukl_ring.h"

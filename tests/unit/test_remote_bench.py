@@ -1,4 +1,4 @@
-"""`ukl bench remote`'s pure logic (tools/ukltool/remotebench.py): parsing
+"""`ukl bench remote`'s pure logic (tools/ukltool/bench/remotebench.py): parsing
 bench/remote.c's output, the ratios and tables, Markdown and JSON; and
 bench/remote.c itself, run on the host, where remote calls give ENOSYS."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from ukltool import remotebench as rb
-from ukltool.errors import UklError
+from ukltool.bench import remotebench as rb
+from ukltool.util.errors import UklError
 
 GUEST = """\
 ukl: starting
@@ -87,7 +87,7 @@ def test_repeated_runs_merge_to_the_median_run():
 
 
 def test_the_benchmark_on_the_host_leaves_remote_rows_out():
-    from ukltool.proc import capture
+    from ukltool.util.proc import capture
     res = capture([str(rb._host_binary()), "quick", "nojitter"])
     assert res.returncode == 0, res.stderr
     rows, jit = rb.parse(res.stdout, "the host")

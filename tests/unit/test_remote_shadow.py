@@ -35,9 +35,9 @@ from pathlib import Path
 
 import pytest
 
-from ukltool import remote
-from ukltool.errors import UklError
-from ukltool.paths import REPO
+from ukltool.run import remote
+from ukltool.util.errors import UklError
+from ukltool.util.paths import REPO
 
 MIB = 1 << 20
 RAM = 16 * MIB
@@ -1045,7 +1045,7 @@ def test_the_shadow_dies_with_its_parent(base):
         import sys, time
         sys.path.insert(0, {str(REPO / "tools")!r})
         from pathlib import Path
-        from ukltool import remote
+        from ukltool.run import remote
         sh = remote.Shadow(Path({str(base / "dir")!r}), 1 << 20, Path({str(base / "orphan.log")!r}))
         sh.start()
         print(sh.pid, flush=True)

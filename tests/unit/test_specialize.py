@@ -9,9 +9,10 @@ import gzip
 
 import pytest
 
-from ukltool import kernel, recipes, specialize
-from ukltool.errors import UklError
-from ukltool.paths import CONFIG_DIR
+from ukltool.apps import recipes
+from ukltool.linux import kernel, specialize
+from ukltool.util.errors import UklError
+from ukltool.util.paths import CONFIG_DIR
 
 # strace -f -qq -s 0 output as the recording boot writes it: a shell that
 # runs the application (exec), a child of a clone whose result comes after
@@ -195,7 +196,7 @@ def test_a_specialized_name_must_exist_in_the_cache(tmp_path, monkeypatch):
 def test_recipe_specialize_options_are_checked(tmp_path, monkeypatch):
     monkeypatch.setattr(recipes, "APPS_DIR", tmp_path)
     (tmp_path / "x").mkdir()
-    head = ('description = "x"\n[source]\npackage = "x"\nversion = "1"\ndsc_sha256 = "0"\n'
+    head = ('schema = 1\ndescription = "x"\n[source]\npackage = "x"\nversion = "1"\ndsc_sha256 = "0"\n'
             '[build]\nprogram = "x"\n')
     (tmp_path / "x" / "recipe.toml").write_text(
         head + '[specialize]\noptions = [{ name = "CONFIG_IPV6", reason = "clients over IPv6" }]\n')

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from ukltool import profiles
-from ukltool.paths import PATCH_DIR, REPO
+from ukltool.linux import profiles
+from ukltool.util.paths import PATCH_DIR, REPO
 
 RUNTIME = REPO / "runtime" / "ukl.h"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import BASELINE, BASIC_CONFIGS, assert_clean, ukl
-from ukltool import recipes
+from ukltool.apps import recipes
 
 
 def app_lines(out: str) -> list[str]:

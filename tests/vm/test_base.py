@@ -135,7 +135,7 @@ def test_raw_fork_of_the_application(batch):
 
 
 def test_app_symbols_are_prefixed_in_the_kernel_symbol_table(image):
-    from ukltool import image as image_mod
+    from ukltool.build import image as image_mod
 
     config, out = image
     smap = image_mod.load(out).vmlinux_path().with_name("System.map")

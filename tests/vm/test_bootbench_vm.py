@@ -11,8 +11,8 @@ import shutil
 import subprocess
 
 from conftest import ukl
-from ukltool import bootbench
-from ukltool.paths import cache_dir
+from ukltool.bench import bootbench
+from ukltool.util.paths import cache_dir
 
 
 def test_boot_benchmark_of_hello(tmp_path):

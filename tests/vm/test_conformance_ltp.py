@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from conftest import ukl
-from ukltool import ltp
+from ukltool.apps import ltp
 
 CONFIGS = ["linux", "base"]
 

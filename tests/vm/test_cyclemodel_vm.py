@@ -10,7 +10,9 @@ import tempfile
 from pathlib import Path
 
 from conftest import REPO, assert_clean, build, ukl
-from ukltool import cyclemodel, initramfs, plugin, vm
+from ukltool.build import initramfs
+from ukltool.plugin import cyclemodel, insnclass
+from ukltool.run import vm
 
 SRC = REPO / "tests" / "apps" / "insnclass.c"
 REGION, ROUNDS = 7, 10
@@ -27,10 +29,10 @@ def boot_with_plugin(out: Path, report: Path) -> vm.RunResult:
         args = initramfs.args_archive([], Path(td))
         return vm.boot(vm.RunSpec(bzimage=out / "bzImage", initrds=[out / "initramfs.cpio", args],
                                   log=out / "console.log", timeout=300, icount=True, smp=1, show=False,
-                                  plugins=[plugin.option(plugin.build(), report)]))
+                                  plugins=[insnclass.option(insnclass.build(), report)]))
 
 
-def run_insnclass(outdir: Path, config: str) -> tuple[str, cyclemodel.PluginReport]:
+def run_insnclass(outdir: Path, config: str) -> tuple[str, insnclass.PluginReport]:
     """tests/apps/insnclass.c built for CONFIG and booted once under the
     plugin: the console and the plugin's counts, the boot clean."""
     out = build(SRC, config, outdir / f"insnclass-{config}", "--freestanding")
@@ -39,7 +41,7 @@ def run_insnclass(outdir: Path, config: str) -> tuple[str, cyclemodel.PluginRepo
     console = (out / "console.log").read_text(errors="replace")
     assert res.code == 0, console[-3000:]
     assert_clean(out / "console.log")
-    return console, cyclemodel.parse_report(report.read_text(), str(report))
+    return console, insnclass.parse_report(report.read_text(), str(report))
 
 
 def test_the_plugin_counts_each_class_exactly(outdir):
@@ -74,7 +76,7 @@ def test_returns_to_the_application_do_not_clear_cpu_buffers(outdir):
     application, which runs with the kernel's privilege, must not. The
     region's VERWs are the program's own two per round; the kernel's
     returns to ukl-init (ring 3) before the exec add the rest."""
-    from ukltool import kernel
+    from ukltool.linux import kernel
     assert kernel.tcg_cpu("base-debug").startswith("Skylake-Server")
     _, counts = run_insnclass(outdir, "base-debug")
     r = counts.regions[REGION]

@@ -15,8 +15,9 @@ import subprocess
 import pytest
 
 from conftest import REPO, assert_clean, ukl
-from ukltool import project, recipes
-from ukltool.paths import cache_dir
+from ukltool.apps import recipes
+from ukltool.build import project
+from ukltool.util.paths import cache_dir
 
 # recipe, `ukl build DIR` options, `ukl run` arguments, lines the run prints
 TREES = [

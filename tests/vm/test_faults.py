@@ -183,7 +183,7 @@ BACKTRACE_END = re.compile(r"^\s*</(TASK|NMI|IRQ)>")
 def first_stacks(log: str, rip: str) -> list[str]:
     """The first stack ("TASK", "IRQ", "UKL"...) each backtrace whose RIP
     starts with RIP walks, in order ("" where it walks none)."""
-    from ukltool import logscan
+    from ukltool.run import logscan
     out, want = [], False
     for line in log.splitlines():
         body = logscan.STAMP.split(line)[-1].strip()
@@ -201,7 +201,7 @@ def first_stacks(log: str, rip: str) -> list[str]:
 def without_nmi_backtraces(log: str) -> str:
     """The console without the backtraces sysrq 'l' asks for (their
     "Call Trace:" lines are requested output, not failures)."""
-    from ukltool import logscan
+    from ukltool.run import logscan
     out, inside = [], False
     for line in log.splitlines():
         body = logscan.STAMP.split(line)[-1]  # the line's (last) kernel message
@@ -221,7 +221,7 @@ def without_nmi_backtraces(log: str) -> str:
 def userspace_images(outdir):
     """The application beside a shell, and the same program as an ordinary
     ring-3 binary, /bin/faults-ring3."""
-    from ukltool import app
+    from ukltool.build import app
     ring3 = outdir / "faults-ring3"
     app.build_static([SRC], ring3)  # as --config linux builds it
     return {c: build(SRC, c, outdir / f"faults-userspace-{c}", "--userspace",
@@ -248,7 +248,7 @@ def test_int80_faults_in_the_application_only(userspace_images, config):
 
 @pytest.mark.parametrize("config,seconds", [(c, 120 if c in DEBUG_CONFIGS else 40) for c in UKL_CONFIGS])
 def test_nmi_storm_during_faults_and_signals(userspace_images, config, seconds):
-    from ukltool import logscan
+    from ukltool.run import logscan
     image = userspace_images[config]
     res = ukl("run", image, "--smp", "2", "--timeout", str(seconds + 300), "--sh", STORM.format(seconds=seconds))
     m = re.search(r"app=(\d+) sysrq=(\d+)", res.stdout)

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from conftest import REPO, ukl
-from ukltool import netns
+from ukltool.run import netns
 
 pytestmark = pytest.mark.skipif(netns.unavailable() is not None,
                                 reason=f"no private tap network here: {netns.unavailable()}")

@@ -80,14 +80,14 @@ def test_exit_status_and_stack_protector(images, args, status):
 def test_the_linked_glibc_has_no_syscall_instruction_and_calls_the_clock_directly(images):
     import subprocess
 
-    from ukltool import image
+    from ukltool.build import image
     vmlinux = image.load(images["base"]).vmlinux_path()
     smap = vmlinux.with_name("System.map").read_text()
     assert " ukl___libc_start_main" in smap and " ukl_printf" in smap
     dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-j", ".ukl.text", str(vmlinux)],
                          capture_output=True, text=True).stdout
     assert "call" in dis and "ukl_entry_SYSCALL_64" in dis
-    from ukltool import app
+    from ukltool.build import app
     assert app.raw_syscalls(dis) == []
     assert "<ukl_vdso_clock_gettime>" in dis
 

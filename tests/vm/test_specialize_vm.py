@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 
 from conftest import REPO, assert_clean, ukl
-from ukltool import kernel, specialize
-from ukltool.paths import cache_dir
+from ukltool.linux import kernel, specialize
+from ukltool.util.paths import cache_dir
 
 # System calls that are harmless with zero arguments, each with the table's
 # options that build it (x86-64 numbers)

@@ -2,7 +2,7 @@
  * insnclass: a QEMU TCG plugin (API version 1, QEMU 7.2) that counts the
  * guest's executed instructions by class -- SYSCALL, SYSRET, IRET, SWAPGS,
  * WRMSR, MOV to CR3, VERW, fences, ... (insnclass.h lists them) -- in total
- * and per measured region, for ukl's cycle model (tools/ukltool/cyclemodel.py,
+ * and per measured region, for ukl's cycle model (tools/ukltool/plugin/cyclemodel.py,
  * docs/cycle-model.md).
  *
  *   qemu-system-x86_64 ... -plugin insnclass.so,out=REPORT.json
@@ -29,7 +29,7 @@
  * Profile (profile=on, one vCPU): per region, how often each translation
  * block ran while the region was open, with the addresses of the block's
  * instructions, so the tool can say which functions the instructions were
- * in (tools/ukltool/insnprofile.py). Blocks are counted whole when they
+ * in (tools/ukltool/plugin/insnprofile.py). Blocks are counted whole when they
  * start: the block holding a region's begin marker is not counted, the
  * one holding its end marker is (both are the benchmark's own code), and a
  * block cut short by an exception is counted whole.

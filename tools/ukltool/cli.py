@@ -18,36 +18,19 @@ from rich.markup import escape
 from rich.table import Table
 
 import ukltool
-from ukltool import (
-    appbench,
-    appcycles,
-    apptest,
-    bench,
-    bootbench,
-    cyclemodel,
-    glibctests,
-    hostbench,
-    image,
-    initramfs,
-    kernel,
-    libc,
-    lock,
-    ltp,
-    ocipkg,
-    prefixes,
-    profiles,
-    project,
-    recipes,
-    remotebench,
-    sources,
-    specialize,
-    ui,
-    vm,
-)
-from ukltool import flags as ukl_flags
-from ukltool import series as series_mod
-from ukltool.errors import UklError
-from ukltool.paths import REPO, repo_problem
+from ukltool.apps import apptest, ltp, recipes
+from ukltool.bench import appbench, bootbench, hostbench, remotebench, syscalls
+from ukltool.build import flags as ukl_flags
+from ukltool.build import image, initramfs, project
+from ukltool.glibc import glibctests, libc
+from ukltool.linux import kernel, prefixes, profiles, specialize
+from ukltool.plugin import cyclemodel
+from ukltool.run import ocipkg, vm
+from ukltool.source import series as series_mod
+from ukltool.source import sources
+from ukltool.util import lock, ui
+from ukltool.util.errors import UklError
+from ukltool.util.paths import REPO, repo_problem
 
 EPILOG_RUN = f"""exit status: the application's status; 128+N when it was killed by
 signal N; {vm.EXIT_TIMEOUT} on timeout; {vm.EXIT_KERNEL_FAILURE} when the kernel panicked, oopsed, hit BUG or
@@ -502,8 +485,8 @@ def _libc_parser(sub: argparse._SubParsersAction) -> None:
              examples=("ukl libc build",)).set_defaults(func=lambda a: print(libc.build().objdir))
     _tree_actions(ls_, libc.SERIES, lambda: sources.glibc_tree()[1], libc.TREE_LOCK, "libc")
     lt = _command(ls_, "tests", "run a selection of glibc's own tests linked into the kernel",
-                  "Build glibc's tests (listed in tools/ukltool/glibctests.py) into one UKL image, run each in its "
-                  "own boot under --config base, and report pass/fail per test.",
+                  "Build glibc's tests (listed in tools/ukltool/glibc/glibctests.py) into one UKL image, run each "
+                  "in its own boot under --config base, and report pass/fail per test.",
                   ("ukl libc tests", "ukl libc tests --tests tst-atexit --logs out/gt",
                    "ukl libc tests --markdown docs/glibc-tests.md"))
     lt.add_argument("--tests", type=_list, default=None, metavar="LIST",
@@ -925,27 +908,27 @@ def _configs(text: str) -> list[str]:
 def cmd_bench(a: argparse.Namespace) -> int:
     configs = _configs(a.configs)
     model_cpu = cyclemodel.cpu_choice(a.model, a.cpu)
-    points = bench.profile_points(a.by_function) if a.by_function else None
+    points = syscalls.profile_points(a.by_function) if a.by_function else None
     if points and a.from_json:
         raise UklError("--by-function runs the benchmark; it does not apply to --from-json",
                        "the profiles saved in the file are shown anyway")
     if a.from_json:
-        report = bench.load_json(_one_file(a.from_json, "ukl bench syscalls"))
+        report = syscalls.load_json(_one_file(a.from_json, "ukl bench syscalls"))
     else:
-        report = bench.run(configs, a.icount, a.quick, a.timeout, model_cpu, points)
+        report = syscalls.run(configs, a.icount, a.quick, a.timeout, model_cpu, points)
     if a.from_json and model_cpu:
         report.model = cyclemodel.remodel(report.model, model_cpu)
     ui.err.print(f"machine: {report.machine}; accelerator: {report.accel}; kernels: "
                  + ", ".join(f"{c} {k}" for c, k in report.kernels.items()), markup=False)
-    ui.report_console().print(bench.table(report))
-    for t in bench.profile_tables(report):
+    ui.report_console().print(syscalls.table(report))
+    for t in syscalls.profile_tables(report):
         ui.report_console().print(t)
     if a.json:
-        bench.save_json(report, a.json)
+        syscalls.save_json(report, a.json)
     if a.plot:
-        bench.plot(report, a.plot)
+        syscalls.plot(report, a.plot)
     if a.markdown:
-        a.markdown.write_text(bench.markdown(report, a.plot))
+        a.markdown.write_text(syscalls.markdown(report, a.plot))
     return 0
 
 
@@ -1030,15 +1013,13 @@ def cmd_bench_app(a: argparse.Namespace) -> int:
     if a.clients == "host":
         return _bench_app_host(a, configs, names)
     model_cpu = cyclemodel.cpu_choice(a.model, a.cpu)
-    if model_cpu and not a.icount and not a.from_json:
-        raise UklError("--model cycles needs --icount", "the model adds to guest instruction counts")
     if a.from_json:
         reports = [r for f in a.from_json for r in appbench.load_json(f)]
         chosen = _bench_apps(names, [r.app for r in reports])
         reports = [r for r in reports if r.app in chosen]
         if model_cpu:
             for rep in reports:
-                rep.model = appcycles.remodel(rep.model, model_cpu)
+                rep.model = cyclemodel.remodel(rep.model, model_cpu, "ukl bench app")
     else:
         chosen = _bench_apps(names, appbench.names())
         reports = []

@@ -1,0 +1,1 @@
+"""Applications from recipes, their own test suites, and the conformance suites (LTP)."""

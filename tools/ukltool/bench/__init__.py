@@ -1,0 +1,1 @@
+"""`ukl bench`: system calls, applications, boot, remote calls."""

@@ -1,0 +1,899 @@
+"""`ukl bench boot`: what an application costs to start and to keep, per
+application and configuration: the image's size, the guest time from the
+kernel's first instruction to the application's main() (and, for a server,
+to its first answer), and the least memory it runs its smoke test in.
+
+How boot time is measured (docs/results-boot.md says it for readers):
+our QEMU plugin (tools/plugin/insnclass.c, at=...) records the guest
+instructions executed before the first execution of a chain of addresses:
+the kernel's real-mode setup entry (its first instruction: the firmware
+before it does not count), the decompressor's and vmlinux's entries, the
+instruction in init that reads the time stamp counter just before it
+exec's the application (guest/init.c, ukl_stamp=1), and main() (ukl_main in
+vmlinux under UKL; the static program's main under linux). Under
+-icount shift=0,sleep=off the guest's clock (and its TSC) is one ns per
+instruction plus the time QEMU skips while the CPU idles (HLT); the TSC
+read at init's stamp gives that idle time exactly, and the plugin counts
+idle instructions, so where none runs before the kernel's first
+instruction nor between the stamp and main(), the boot time is exact to an
+instruction. A server's first answer is timed by a prober in the guest
+(ukl_probe=PORT:HEX) that reads the TSC when the answer arrives."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import struct
+import tempfile
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.constants import SH_FLAGS
+from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
+from rich.table import Table
+
+from ukltool.apps import recipes
+from ukltool.bench import benchcommon
+from ukltool.build import image, initramfs
+from ukltool.linux import bzimage, kernel, specialize
+from ukltool.plugin import insnclass
+from ukltool.plugin.insnclass import Hit
+from ukltool.run import vm
+from ukltool.util import lock, reporting, ui
+from ukltool.util.errors import UklError
+from ukltool.util.paths import REPO, cache_dir
+
+PEERS_FILE = REPO / "bench" / "boot-peers.toml"
+TARGETS_FILE = REPO / "bench" / "boot-targets.toml"
+MEMORY_RANGE = (8, 1024)        # MiB: the bisection's bounds
+MEMORY_STEPS = 6                # boots of the bisection after the upper bound's
+MEASURE_MEMORY = 1024           # MiB: the boot measurement's -m (`ukl run`'s 1G)
+PROBE_INTERVAL_NS = 1_000_000   # the prober's retry interval (guest/init.c)
+STAMP_ENV, PROBE_ENV = "ukl_stamp", "ukl_probe"   # kernel command line words init reads
+POINTS = ("setup", "decompressor", "kernel", "init", "main", "reply")
+MB = 1_000_000
+
+
+@dataclass(frozen=True)
+class Boot:
+    """How a VMM boots the image: QEMU's machine, the bzImage or the
+    uncompressed kernel through its PVH entry (direct), and which of
+    vm.BOOT_SAVINGS the command line carries (None: those `ukl run` passes)."""
+    machine: str
+    direct: bool
+    savings: tuple[str, ...] | None
+    what: str
+    pid1: bool = False      # the kernel starts the application as PID 1 (no init program)
+
+
+# Each saving of docs/results-boot.md on its own, then together
+BOOTS = {
+    "pc-plain": Boot("pc", False, (), "-M pc, bzImage, no saving (the command line before them)"),
+    "pc-no_timer_check": Boot("pc", False, ("no_timer_check",), "-M pc, bzImage, no_timer_check"),
+    "pc-noapictimer": Boot("pc", False, ("noapictimer",), "-M pc, bzImage, noapictimer"),
+    "pc-trust_cpu": Boot("pc", False, ("random.trust_cpu=on",), "-M pc, bzImage, random.trust_cpu=on"),
+    "pc": Boot("pc", False, None, "-M pc, bzImage, the savings `ukl run` passes (no_timer_check noapictimer "
+               "random.trust_cpu=on)"),
+    "pc-direct": Boot("pc", True, None, "-M pc, vmlinux through its PVH entry (no decompression), the savings"),
+    "microvm-direct": Boot("microvm", True, None,
+                           "-M microvm, vmlinux through its PVH entry: qboot, no PCI, no decompression"),
+    "microvm-direct-pid1": Boot("microvm", True, None, "microvm-direct, and the kernel starts the application "
+                                "as PID 1: no init program (UKL configurations, applications without network)",
+                                pid1=True),
+}
+DEFAULT_BOOTS = "pc"
+
+
+def boots(text: str) -> list[str]:
+    chosen = names(text, "--boots")
+    unknown = [b for b in chosen if b not in BOOTS]
+    if unknown:
+        raise UklError(f"--boots: unknown boot method(s): {', '.join(unknown)}", f"choose from {', '.join(BOOTS)}")
+    return chosen
+
+
+# ---- what is benchmarked ----
+
+@dataclass
+class Target:
+    """An application as `ukl build` takes it: a recipe, a directory or C files."""
+    label: str
+    recipe: recipes.Recipe | None = None
+    sources: list[Path] = field(default_factory=list)
+
+
+def names(text: str, what: str) -> list[str]:
+    """--apps/--configs a,b: each once, in order; none is an error."""
+    out = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    if not out:
+        raise UklError(f"{what} '{text}' names nothing", f"give a comma-separated list, e.g. {what} hello,redis")
+    return out
+
+
+def resolve_app(spec: str) -> Target:
+    """SPEC as `ukl build` reads it: an existing path (file or directory)
+    wins, else a recipe name; anything else is an error."""
+    path = Path(spec)
+    if path.exists():   # named as given, apart from a recipe of the same name
+        return Target(spec, sources=[path])
+    if "/" in spec or path.suffix:
+        raise UklError(f"--apps: {spec} does not exist", "name a C file, a project directory or a recipe")
+    if spec not in recipes.names():
+        raise UklError(f"--apps: '{spec}' is neither a file, a directory nor a recipe",
+                       "recipes (apps/): " + ", ".join(recipes.names()))
+    r = recipes.load(spec)
+    if r.build.library:
+        raise UklError(f"--apps: '{spec}' is a library recipe, not an application",
+                       "name an application recipe: " + ", ".join(n for n in recipes.names()
+                                                               if not recipes.load(n).build.library))
+    return Target(spec, recipe=r)
+
+
+def image_dir(label: str, config: str) -> Path:
+    """Where the benchmark builds LABEL's image for CONFIG (in the cache)."""
+    safe = re.sub(r"[^A-Za-z0-9._+-]", "_", label.strip("/"))
+    return cache_dir() / "bench" / "boot" / f"{safe}-{config}"
+
+
+def check_configs(configs: list[str]) -> list[str]:
+    for c in configs:
+        kernel.fragments(c)  # an unknown name is a UklError naming the known ones
+    return configs
+
+
+def build_spec(t: Target, config: str, out: Path, files: list[tuple[Path, str]] | None = None,
+               compression: str | None = None) -> image.BuildSpec:
+    if t.recipe is not None:
+        spec = recipes.image_spec(t.recipe, config, out, files or [])
+    else:
+        spec = image.BuildSpec(t.sources, config, out, files=files or [])
+    spec.compression = compression
+    return spec
+
+
+def build_image(t: Target, config: str, out: Path, specialized: bool, compression: str | None = None) -> image.Manifest:
+    """T's image for CONFIG in OUT, its kernel compressed with COMPRESSION
+    (None: the configuration's); SPECIALIZED: for the kernel specialized
+    from CONFIG to T (`ukl build --specialize`, its report kept in OUT)."""
+    if not specialized:
+        with ui.step(f"building {t.label} for '{config}'" + (f", {compression}" if compression else "")):
+            return image.build(build_spec(t, config, out, compression=compression))
+    specialize.build(build_spec(t, config, out, compression=compression), t.recipe,
+                     lambda c, o, extra: build_spec(t, c, o, extra, compression))
+    return image.load(out)
+
+
+def server_probe(r: recipes.Recipe | None) -> tuple[int, bytes] | None:
+    """A server's readiness probe (the recipe's [netbench] or [tests] port and
+    probe): what it answers once it is up; None for programs that end."""
+    if r is None:
+        return None
+    if r.netbench is not None:
+        return r.netbench.port, r.netbench.probe.encode()
+    if r.tests is not None:
+        return r.tests.port, r.tests.probe.encode()
+    return None
+
+
+# ---- sizes ----
+
+@dataclass
+class Sizes:
+    kernel_bytes: int
+    initramfs_bytes: int
+    text_bytes: int
+    data_bytes: int
+    bss_bytes: int
+
+    @property
+    def image_bytes(self) -> int:
+        return self.kernel_bytes + self.initramfs_bytes
+
+
+def elf_sizes(path: Path) -> tuple[int, int, int]:
+    """text, data and bss of an ELF file as binutils' `size` counts them:
+    allocated sections that are read-only, writable with contents, and
+    without contents (NOBITS)."""
+    text = data = bss = 0
+    try:
+        with path.open("rb") as f:
+            for sec in ELFFile(f).iter_sections():
+                flags = sec["sh_flags"]
+                if not flags & SH_FLAGS.SHF_ALLOC:
+                    continue
+                if sec["sh_type"] == "SHT_NOBITS":
+                    bss += sec["sh_size"]
+                elif flags & SH_FLAGS.SHF_WRITE:
+                    data += sec["sh_size"]
+                else:
+                    text += sec["sh_size"]
+    except (OSError, ELFError) as e:
+        raise UklError(f"cannot read sections of {path}: {e}", "rebuild the image") from None
+    return text, data, bss
+
+
+def image_sizes(outdir: Path, vmlinux: Path) -> Sizes:
+    text, data, bss = elf_sizes(vmlinux)
+    return Sizes((outdir / "bzImage").stat().st_size, (outdir / "initramfs.cpio").stat().st_size, text, data, bss)
+
+
+# ---- where the plugin looks ----
+
+def cpio_member(archive: bytes, name: str) -> bytes:
+    """The content of NAME (an absolute path) in a newc cpio archive."""
+    want, pos = name.lstrip("/"), 0
+    while archive[pos:pos + 6] == initramfs.MAGIC:
+        head = archive[pos:pos + 110]
+        size, namesize = int(head[54:62], 16), int(head[94:102], 16)
+        start = pos + 110
+        member = archive[start:start + namesize - 1].decode(errors="replace")
+        data_at = (start + namesize + 3) & ~3
+        if member == initramfs.TRAILER:
+            break
+        if member.lstrip("/") == want:
+            return archive[data_at:data_at + size]
+        pos = (data_at + size + 3) & ~3
+    raise UklError(f"the image's initramfs has no {name}", "rebuild the image with `ukl build`")
+
+
+def symbol_address(elf_path: Path, name: str) -> int:
+    try:
+        with elf_path.open("rb") as f:
+            tab = ELFFile(f).get_section_by_name(".symtab")
+            if isinstance(tab, SymbolTableSection):
+                for sym in tab.get_symbol_by_name(name) or []:
+                    if sym["st_value"]:
+                        return int(sym["st_value"])
+    except (OSError, ELFError) as e:
+        raise UklError(f"cannot read symbols from {elf_path}: {e}", "rebuild the image") from None
+    raise UklError(f"{elf_path.name} has no symbol '{name}'",
+                   "the boot benchmark finds main() by its symbol: build without stripping")
+
+
+def elf_entry(path: Path) -> int:
+    with path.open("rb") as f:
+        return int(ELFFile(f).header["e_entry"])
+
+
+def setup_entry(bzimage: bytes) -> tuple[int, int]:
+    """Where QEMU's -kernel loader (x86_load_linux, QEMU 7.2) puts a bzImage:
+    the linear address of the real-mode setup code's entry (the kernel's
+    first instruction: segment real_addr/16 + 0x20, offset 0) and of the
+    protected-mode code (the decompressor's startup_32)."""
+    if len(bzimage) < 0x212 or bzimage[0x202:0x206] != b"HdrS":
+        raise UklError("bzImage has no Linux boot protocol header", "rebuild the image")
+    protocol_version = struct.unpack_from("<H", bzimage, 0x206)[0]
+    loaded_high = bzimage[0x211] & 1
+    if protocol_version < 0x200 or not loaded_high:
+        return 0x90000 + 0x200, 0x10000
+    if protocol_version < 0x202:
+        return 0x90000 + 0x200, 0x100000
+    return 0x10000 + 0x200, 0x100000
+
+
+def boot_points(outdir: Path, man: image.Manifest, server: bool, direct: bool = False,
+                pid1: bool = False) -> list[int]:
+    """The addresses of POINTS (the last, reply, only for a server). Booted
+    direct, the kernel's first instruction is its PVH entry, and there is no
+    decompressor: the first two points are both the PVH entry."""
+    if direct:
+        setup = decompressor = bzimage.direct_kernel((outdir / "bzImage").read_bytes(), str(outdir / "bzImage"))[1]
+    else:
+        setup, decompressor = setup_entry((outdir / "bzImage").read_bytes())
+    vmlinux = man.vmlinux_path()
+    archive = (outdir / "initramfs.cpio").read_bytes()
+    with tempfile.TemporaryDirectory(prefix="ukl-bootbench-") as td:
+        init = Path(td) / "init"
+        init.write_bytes(cpio_member(archive, "/init"))
+        stamp, reply = symbol_address(init, "ukl_init_stamp"), symbol_address(init, "ukl_probe_stamp")
+        if kernel.is_ukl(man.config):
+            main = symbol_address(vmlinux, "ukl_main")
+        else:
+            prog = Path(td) / man.app
+            prog.write_bytes(cpio_member(archive, f"/bin/{man.app}"))
+            main = symbol_address(prog, "main")
+    if pid1:
+        stamp = main   # no init: its stamp is main() itself
+    return [setup, decompressor, elf_entry(vmlinux), stamp, main, *([reply] if server else [])]
+
+
+def plugin_option(so: Path, report: Path, points: list[int]) -> str:
+    return insnclass.option(so, report) + ",at=" + ":".join(f"{a:x}" for a in points)
+
+
+# ---- reading a run ----
+
+def console_tsc(console: str, what: str) -> int | None:
+    """init's "ukl-init: WHAT tsc N" line (the last one)."""
+    found = [line.split()[-1] for line in console.splitlines() if line.strip().startswith(f"ukl-init: {what} tsc ")]
+    return int(found[-1]) if found and found[-1].isdigit() else None
+
+
+@dataclass
+class Timeline:
+    """One measured boot."""
+    instructions: int                 # kernel's first instruction .. main()
+    ns: int | None                    # the same span in guest time (under --icount)
+    wall_ms: float                    # the same span on the host (TCG)
+    clock_offset_ns: int | None       # TSC minus the plugin's instructions at init's stamp
+    reply_instructions: int | None = None
+    reply_ns: int | None = None
+    reply_wall_ms: float | None = None
+    phases: dict[str, int] = field(default_factory=dict)   # instructions from each point to the next
+    exact: bool = True
+    notes: list[str] = field(default_factory=list)
+
+
+def timeline(hits: list[Hit | None], stamp_tsc: int | None, reply_tsc: int | None, icount: bool,
+             pid1: bool = False) -> Timeline:
+    """Boot times from the plugin's points and init's TSC readings. Under
+    -icount the guest clock (the TSC) is QEMU's exact instruction count plus
+    the idle time, in ns since power-on: at init's stamp it is read
+    directly, and from there to main() no idle instruction runs (checked),
+    so boot to main() = TSC at the stamp - instructions before the kernel's
+    first + instructions from the stamp to main(). (The plugin counts a
+    block whole when it starts, so it overcounts blocks cut short by an
+    exception: its instructions before the stamp exceed the TSC there by
+    about 20,000 in 360 million when nothing idles; that bounds the error
+    of the count before the kernel's first instruction.)"""
+    missing = [POINTS[k] for k, h in enumerate(hits) if h is None]
+    if missing:
+        raise UklError(f"the boot never reached {', '.join(missing)} (the plugin saw no execution there)",
+                       "see the console log; was the image built by this checkout (init's stamp)?")
+    setup, stamp, main = hits[0], hits[3], hits[4]
+    assert setup is not None and stamp is not None and main is not None
+    phases = {f"{POINTS[k]}..{POINTS[k + 1]}": h2.insns - h1.insns
+              for k, (h1, h2) in enumerate(zip(hits, hits[1:], strict=False)) if h1 and h2}
+    t = Timeline(main.insns - setup.insns, None, (main.wall_ns - setup.wall_ns) / 1e6, None, phases=phases)
+    reply = hits[5] if len(hits) > 5 else None
+    if reply is not None:
+        t.reply_instructions = reply.insns - setup.insns
+        t.reply_wall_ms = (reply.wall_ns - setup.wall_ns) / 1e6
+    if not icount:
+        t.notes.append("without --icount the guest's clock is the host's: no guest time")
+        return t
+    if pid1:
+        # No init to read the clock: guest time is the instructions where
+        # the CPU never idled between the origin and main()
+        if main.halts != setup.halts:
+            t.exact = False
+            t.notes.append(f"the CPU idled {main.halts - setup.halts} times before main() (PID 1): no guest time")
+        else:
+            t.ns = t.instructions
+        return t
+    if stamp_tsc is None:
+        raise UklError("init printed no time stamp (ukl-init: stamp tsc N)", "see the console log")
+    if setup.halts:
+        t.exact = False
+        t.notes.append(f"the firmware idled {setup.halts} times before the kernel: its idle time is counted")
+    if main.halts != stamp.halts:
+        t.exact = False
+        t.notes.append(f"the CPU idled {main.halts - stamp.halts} times between init's stamp and main(): "
+                       "that idle time is missing")
+    offset = stamp_tsc - stamp.insns
+    t.ns, t.clock_offset_ns = main.insns - setup.insns + offset, offset
+    if reply is not None and reply_tsc is not None:
+        t.reply_ns = reply_tsc - setup.insns
+    return t
+
+
+# ---- the least memory ----
+
+def bisect_memory(ok: Callable[[int], bool], lo: int, hi: int, steps: int) -> tuple[int | None, list[tuple[int, bool]]]:
+    """The least MiB in (LO, HI] for which OK holds (assumed monotonic), by
+    bisection in log space: OK(HI) first, then STEPS more boots at most,
+    ending earlier once the bounds are 1 MiB apart. (None, trials) if OK(HI)
+    fails. LO itself is taken to fail (never booted) unless a trial says so."""
+    trials: list[tuple[int, bool]] = []
+    good = hi
+    passed = ok(hi)
+    trials.append((hi, passed))
+    if not passed:
+        return None, trials
+    bad = lo
+    for _ in range(steps):
+        if good - bad <= 1:
+            break
+        mid = min(good - 1, max(bad + 1, round(math.sqrt(bad * good))))
+        passed = ok(mid)
+        trials.append((mid, passed))
+        if passed:
+            good = mid
+        else:
+            bad = mid
+    return good, trials
+
+
+def parse_range(text: str) -> tuple[int, int]:
+    """--memory-range LO:HI in MiB."""
+    try:
+        lo, hi = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise UklError(f"--memory-range {text}: not LO:HI in MiB", "e.g. --memory-range 8:1024") from None
+    if not 1 <= lo < hi:
+        raise UklError(f"--memory-range {text}: needs 1 <= LO < HI", "e.g. --memory-range 8:1024")
+    return lo, hi
+
+
+# ---- runs ----
+
+@dataclass
+class Row:
+    app: str
+    config: str
+    specialized: bool
+    kernel_release: str
+    image_bytes: int
+    kernel_bytes: int
+    initramfs_bytes: int
+    text_bytes: int
+    data_bytes: int
+    bss_bytes: int
+    memory_mib: int                      # -m of the boot measurement
+    boot_to_main_ns: int | None
+    boot_to_main_instructions: int
+    boot_to_main_wall_ms: float          # wall, TCG
+    clock_offset_ns: int | None          # TSC minus the plugin's instructions at init's stamp
+    first_reply_ns: int | None
+    first_reply_instructions: int | None
+    first_reply_wall_ms: float | None    # wall, TCG
+    min_memory_mib: int | None
+    memory_trials: list[tuple[int, bool]]
+    runs_instructions: list[int]         # boot_to_main_instructions of each --repeat run
+    phases: dict[str, int]
+    exact: bool
+    notes: list[str]
+    boot: str = "pc-plain"               # BOOTS (rows saved before there was a choice: pc-plain)
+    compression: str = "gzip"            # the kernel's (rows saved before there was a choice: gzip)
+
+
+@dataclass
+class Report:
+    icount: bool
+    machine: str
+    qemu: str
+    memory_range: tuple[int, int]
+    memory_steps: int
+    rows: list[Row] = field(default_factory=list)
+
+
+def smoke_script(t: Target) -> tuple[str | None, list[str], float]:
+    """The guest's smoke test: the recipe's [smoke] (a shell script and the
+    lines it must print), or for a file or directory the application with
+    its default arguments, which must exit with status 0."""
+    if t.recipe is not None and t.recipe.smoke is not None:
+        s = t.recipe.smoke
+        return s.sh, s.expect, s.timeout
+    return None, [], 120.0
+
+
+def boot_once(outdir: Path, man: image.Manifest, icount: bool, memory: int, timeout: float,
+              append: list[str], sh: str | None, plugins: list[str], log: Path, how: Boot) -> vm.RunResult:
+    with tempfile.TemporaryDirectory(prefix="ukl-bootbench-") as td:
+        extra = initramfs.args_archive(man.args if sh is None else [], Path(td), sh)
+        return vm.boot(vm.RunSpec(bzimage=outdir / "bzImage", initrds=[outdir / "initramfs.cpio", extra], log=log,
+                                  timeout=timeout, icount=icount, smp=1, memory=f"{memory}M", append=append,
+                                  show=False, accel="tcg", plugins=plugins, machine=how.machine,
+                                  direct=how.direct, savings=how.savings,
+                                  pid1=f"/ukl/{man.app}" if how.pid1 else None,
+                                  pid1_args=list(man.args if sh is None else [])))
+
+
+def smoke_passes(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: int, how: Boot) -> bool:
+    sh, expect, timeout = smoke_script(t)
+    log = outdir / f"smoke-{memory}M.log"
+    res = boot_once(outdir, man, icount, memory, timeout, [], sh, [], log, how)
+    if res.code != 0 or res.failures:
+        return False
+    text = log.read_text(errors="replace")
+    return all(line in text for line in expect)
+
+
+def measure(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: int,
+            timeout: float, run: int, how: Boot) -> Timeline:
+    """One boot with the plugin's points: to main(), and for a server to the
+    first answer to its probe (the prober then stops it)."""
+    probe = server_probe(t.recipe)
+    points = boot_points(outdir, man, probe is not None, how.direct, how.pid1)
+    report = outdir / "bootbench-points.json"
+    report.unlink(missing_ok=True)
+    append = [] if how.pid1 else [f"{STAMP_ENV}=1"]
+    if probe is not None:
+        append.append(f"{PROBE_ENV}={probe[0]}:{probe[1].hex()}")
+    log = outdir / f"boot-{run}.log"
+    res = boot_once(outdir, man, icount, memory, timeout, append, None,
+                    [plugin_option(insnclass.build(), report, points)], log, how)
+    if res.failures or res.timed_out or not report.is_file():
+        raise UklError(f"{t.label} under '{man.config}' did not boot to the end (status {res.code})", f"see {log}")
+    console = log.read_text(errors="replace")
+    tl = timeline(insnclass.read_report(report, points=True).points or [], console_tsc(console, "stamp"),
+                  console_tsc(console, "reply"), icount, how.pid1)
+    if probe is not None and tl.reply_instructions is None:
+        raise UklError(f"{t.label} under '{man.config}': no answer to its readiness probe", f"see {log}")
+    return tl
+
+
+def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, mem_range: tuple[int, int] | None,
+                steps: int, timeout: float, boot: str = DEFAULT_BOOTS, specialized: bool = False,
+                compression: str | None = None) -> Row:
+    """MEM_RANGE None: no least-memory bisection; COMPRESSION: the kernel's
+    (None: the configuration's)."""
+    how = BOOTS[boot]
+    out = image_dir(t.label, config + ("-specialized" if specialized else "") + (f"-{compression}" if compression
+                                                                                  else ""))
+    # Two benchmarks at once (a test beside `make results-boot`) take turns
+    # on the image directory instead of rebuilding it under each other.
+    with lock.held(f"bench-boot-{out.name}", f"the boot benchmark's image {out.name}"):
+        man = build_image(t, config, out, specialized, compression)
+        config = man.config
+        compressed = bzimage.compression((out / "bzImage").read_bytes(), str(out / "bzImage"))
+        sizes = image_sizes(out, man.vmlinux_path())
+        if how.direct:
+            # What the VMM loads: the uncompressed kernel, and the initramfs
+            sizes.kernel_bytes = len(bzimage.direct_kernel((out / "bzImage").read_bytes(), str(out / "bzImage"))[0])
+        runs = []
+        for i in range(repeat):
+            with ui.step(f"booting {t.label} under '{config}', {boot} (run {i + 1} of {repeat})"):
+                runs.append(measure(out, man, t, icount, memory, timeout, i, how))
+        first = runs[0]
+        least: int | None = None
+        trials: list[tuple[int, bool]] = []
+        if mem_range is not None:
+            lo, hi = mem_range
+            with ui.step(f"bisecting {t.label}'s least memory under '{config}', {boot} ({lo}..{hi} MiB)") as st:
+                def ok(mib: int) -> bool:
+                    st.update(f"{mib} MiB")
+                    return smoke_passes(out, man, t, icount, mib, how)
+                least, trials = bisect_memory(ok, lo, hi, steps)
+    notes = list(first.notes)
+    if len({r.instructions for r in runs}) > 1:
+        notes.append("the runs' instruction counts differ")
+    return Row(t.label, config, specialized, man.kernel_release, sizes.image_bytes, sizes.kernel_bytes,
+               sizes.initramfs_bytes, sizes.text_bytes, sizes.data_bytes, sizes.bss_bytes, memory, first.ns,
+               first.instructions, first.wall_ms, first.clock_offset_ns, first.reply_ns, first.reply_instructions,
+               first.reply_wall_ms, least, trials, [r.instructions for r in runs], first.phases, first.exact, notes,
+               boot, compressed)
+
+
+def run(apps: list[str], configs: list[str], icount: bool, repeat: int, mem_range: tuple[int, int], steps: int,
+        timeout: float, memory: int = MEASURE_MEMORY, save: Callable[[Report], None] | None = None,
+        boot_names: list[str] | None = None, bisect: bool = True, specialized: bool = False,
+        compressions: list[str] | None = None) -> Report:
+    """Every application under every configuration, kernel compression
+    (COMPRESSIONS, default the configuration's) and boot method (BOOT_NAMES,
+    default DEFAULT_BOOTS); BISECT: find the least memory; SPECIALIZED:
+    after each, a row for the kernel specialized from that configuration to
+    the application."""
+    targets = [resolve_app(a) for a in apps]     # every name checked before any work
+    check_configs(configs)
+    for c in compressions or []:
+        kernel.compression_fragment(c)
+    methods = boot_names or [DEFAULT_BOOTS]
+    if not mem_range[0] < memory:
+        raise UklError(f"--memory {memory} is not above the bisection's lower bound {mem_range[0]}",
+                       "raise --memory or lower --memory-range")
+    report = Report(icount, benchcommon.machine(), vm.qemu_version("qemu-system-x86_64"), mem_range, steps)
+    comps: list[str | None] = [*compressions] if compressions else [None]
+    for t in targets:
+        for config in configs:
+            for special, comp, boot in itertools.product((False, True) if specialized else (False,),
+                                                         comps, methods):
+                if BOOTS[boot].pid1 and (not kernel.is_ukl(config) or server_probe(t.recipe) is not None
+                                         or smoke_script(t)[0] is not None):
+                    ui.info(f"{boot} skipped for {t.label} under '{config}': PID 1 needs a UKL configuration "
+                            "and an application without network or a smoke-test script")
+                    continue
+                if BOOTS[boot].direct and comp not in (None, "lz4", "gzip"):
+                    ui.info(f"{boot} skipped for the {comp} kernel: direct boot reads LZ4 or gzip kernels")
+                    continue
+                report.rows.append(measure_app(t, config, icount, repeat, memory,
+                                               mem_range if bisect else None, steps, timeout, boot, special,
+                                               comp))
+                if save:
+                    save(report)
+    return report
+
+
+# ---- reports ----
+
+def save_json(report: Report, path: Path) -> None:
+    reporting.save_json(report, path)
+
+
+def load_json(path: Path) -> Report:
+    def decode(data: dict) -> Report:
+        rows = [Row(**{**r, "memory_trials": [(int(m), bool(o)) for m, o in r["memory_trials"]]})
+                for r in data.pop("rows")]
+        data["memory_range"] = tuple(data["memory_range"])
+        return Report(**data, rows=rows)
+
+    return reporting.load_json(path, decode, "boot benchmark results", "give a file written by `ukl bench boot --json`")
+
+
+def merge(reports: list[Report]) -> Report:
+    """The rows of REPORTS in turn, under the first one's settings."""
+    first = reports[0]
+    return Report(first.icount, first.machine, first.qemu, first.memory_range, first.memory_steps,
+                  [r for rep in reports for r in rep.rows])
+
+
+@dataclass
+class Peer:
+    name: str
+    source: str
+    image_mb: dict[str, float]
+    boot: str
+    min_memory_mb: dict[str, float]
+    boot_ms: float | None = None
+
+
+def load_peers(path: Path = PEERS_FILE) -> list[Peer]:
+    try:
+        return [Peer(**s) for s in tomllib.loads(path.read_text())["system"]]
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as e:
+        raise UklError(f"cannot read the peers' figures in {path}: {e}", "fix the file") from None
+
+
+@dataclass
+class Goal:
+    """One application's targets (bench/boot-targets.toml); None: none set."""
+    app: str
+    why: str
+    image_mb: float | None = None
+    boot_to_main_ms: float | None = None
+    first_reply_ms: float | None = None
+    min_memory_mib: float | None = None
+
+
+def load_targets(path: Path = TARGETS_FILE) -> list[Goal]:
+    try:
+        return [Goal(**t) for t in tomllib.loads(path.read_text())["target"]]
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as e:
+        raise UklError(f"cannot read the targets in {path}: {e}", "fix the file") from None
+
+
+def target_rows(report: Report, goals: list[Goal]) -> list[str]:
+    """Each target against each specialized row of its application: the
+    figure, the target, met or missed."""
+    out = ["| app | kernel | boot | figure | measured | target | |", "|---|---|---|---|---|---|---|"]
+    origin: dict[int, str] = {}   # a specialized row's origin: the general row before it
+    last = "-"
+    for i, r in enumerate(report.rows):
+        if not r.specialized:
+            last = r.config
+        origin[i] = last
+    for g in goals:
+        for i, r in ((i, r) for i, r in enumerate(report.rows) if r.specialized and r.app == g.app):
+            figures = (("image MB", r.image_bytes / MB, g.image_mb),
+                       ("boot to main() ms", None if r.boot_to_main_ns is None else r.boot_to_main_ns / 1e6,
+                        g.boot_to_main_ms),
+                       ("first reply ms", None if r.first_reply_ns is None else r.first_reply_ns / 1e6,
+                        g.first_reply_ms),
+                       ("least memory MiB", r.min_memory_mib, g.min_memory_mib))
+            for what, got, want in figures:
+                if want is None or got is None:
+                    continue
+                out.append(f"| {g.app} | {r.config} (from {origin[i]}) | {r.boot} | {what} | {got:.2f} | {want:g} | "
+                           f"{'met' if got <= want else f'missed ({got / want:.1f}x)'} |")
+    return out
+
+
+def mb(n: int | None) -> str:
+    return "-" if n is None else f"{n / MB:.2f}"
+
+
+def ms(ns: int | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.1f}"
+
+
+def millions(n: int | None) -> str:
+    return "-" if n is None else f"{n / 1e6:.1f} M"
+
+
+HEADINGS = ["app", "config", "boot", "kernel compression", "image MB (kernel + initramfs)",
+            "vmlinux text / data / bss MB",
+            "boot to main() ms (guest)", "instructions", "wall, TCG s", "first reply ms (guest)",
+            "first reply wall, TCG s", "min memory MiB"]
+
+
+def cells(r: Row) -> list[str]:
+    memory = "-" if r.min_memory_mib is None else str(r.min_memory_mib)
+    fails = [m for m, ok in r.memory_trials if not ok]
+    if r.min_memory_mib is not None:
+        memory += f" (fails at {max(fails)})" if fails else " (not bounded below)"
+    return [r.app, r.config, r.boot, r.compression,
+            f"{mb(r.image_bytes)} ({mb(r.kernel_bytes)} + {mb(r.initramfs_bytes)})",
+            f"{mb(r.text_bytes)} / {mb(r.data_bytes)} / {mb(r.bss_bytes)}",
+            ms(r.boot_to_main_ns) + ("" if r.exact else " *"), millions(r.boot_to_main_instructions),
+            f"{r.boot_to_main_wall_ms / 1e3:.2f}", ms(r.first_reply_ns),
+            "-" if r.first_reply_wall_ms is None else f"{r.first_reply_wall_ms / 1e3:.2f}", memory]
+
+
+def table(report: Report) -> Table:
+    t = Table(*HEADINGS, title="boot: image size, time to main() (and a server's first answer), least memory")
+    for r in report.rows:
+        t.add_row(*cells(r))
+    return t
+
+
+def peer_rows(peers: list[Peer]) -> list[str]:
+    out = ["| system | image MB: hello / redis / nginx | boot | min memory MB: hello / redis / nginx | source |",
+           "|---|---|---|---|---|"]
+    for p in peers:
+        def trio(d: dict[str, float]) -> str:
+            return " / ".join(f"{d[a]:g}" if a in d else "-" for a in ("hello", "redis", "nginx"))
+        out.append(f"| {p.name} | {trio(p.image_mb)} | {p.boot} | {trio(p.min_memory_mb)} | {p.source} |")
+    return out
+
+
+def markdown(report: Report, plot_file: Path | None, md_file: Path | None = None) -> str:
+    lines = ["# Boot: image size, time to main(), least memory", "",
+             reporting.generated_by("./ukl bench boot", "`make results-boot`")
+             + " Per application and configuration: the "
+             "bytes a VMM loads (bzImage and initramfs), the uncompressed kernel's (vmlinux) text, data and bss; "
+             "the guest time from the kernel's first instruction to the application's `main()` "
+             + ("under `-icount shift=0,sleep=off` (one ns per instruction, idle waits at their length)"
+                if report.icount else "(no `--icount`: no guest time)")
+             + ", with the instructions executed in that span and the host's wall time under TCG beside it; "
+             "for servers the same to the first answer to the recipe's readiness probe; and the least `-m` "
+             "(MiB) at which the application boots and passes its smoke test, found by bisection in "
+             f"{report.memory_range[0]}..{report.memory_range[1]} MiB with at most {report.memory_steps} boots "
+             "after the upper bound's (\"fails at\": the largest size that failed). "
+             + ("Configurations named special-HASH are kernels specialized to the application (`ukl build "
+                "--specialize`, `ukl bench boot --specialize`) from the configuration in the row above."
+                if any(r.specialized for r in report.rows) else "Kernels are the general ones (not specialized)."),
+             "",
+             f"Machine: {report.machine}; {report.qemu}.", "",
+             "| " + " | ".join(HEADINGS) + " |", "|" + "---|" * len(HEADINGS)]
+    lines += ["| " + " | ".join(cells(r)) + " |" for r in report.rows]
+    if any(not r.exact for r in report.rows):
+        lines += ["", "\\* not exact: " + "; ".join(sorted({n for r in report.rows for n in r.notes}))]
+    if plot_file:
+        rel = plot_file.name if md_file is None or plot_file.parent == md_file.parent else str(plot_file)
+        lines += ["", f"![boot figures]({rel})"]
+    lines += ["", "## Where the instructions go", "",
+              "Instructions from each point to the next: the kernel's real-mode setup entry (`setup`), the "
+              "decompressor (`decompressor`), vmlinux's entry (`kernel`), init's stamp just before it starts "
+              "the application (`init`), `main()`, and a server's first answer (`reply`).", ""]
+    phase_names = list(dict.fromkeys(p for r in report.rows for p in r.phases))
+    lines += ["| app | config | boot | " + " | ".join(phase_names)
+              + " | TSC - instructions at init's stamp (ns) | -m MiB |",
+              "|---|---|---|" + "---|" * (len(phase_names) + 2)]
+    for r in report.rows:
+        lines.append(f"| {r.app} | {r.config} | {r.boot} | "
+                     + " | ".join(millions(r.phases.get(p)) for p in phase_names)
+                     + f" | {'-' if r.clock_offset_ns is None else r.clock_offset_ns} | {r.memory_mib} |")
+    offsets = [abs(r.clock_offset_ns) for r in report.rows if r.clock_offset_ns is not None and r.clock_offset_ns < 0]
+    if offsets:
+        lines += ["", f"The plugin's overcount before init's stamp is {min(offsets):,} to {max(offsets):,} "
+                  f"instructions here ({max(offsets) / 1e6:.2f} ms at most; see below)."]
+    used = list(dict.fromkeys(r.boot for r in report.rows))
+    lines += ["", "## Boot methods", "",
+              "Each row's `boot`: how QEMU boots the image. The savings are kernel command-line words that tell "
+              "the guest what it would otherwise wait to measure or check (tools/ukltool/run/vm.py, BOOT_SAVINGS): "
+              "`no_timer_check` skips the IO-APIC timer check's wait for ticks; `random.trust_cpu=on` seeds the "
+              "kernel's random number generator from RDRAND at boot, as Debian's kernels do by default, instead "
+              "of waiting for entropy (a server that reads random bytes at start waits there); `noapictimer` "
+              "skips the local "
+              "APIC timer's 100 ms calibration, which a CPU without the TSC deadline timer (TCG's) needs, and "
+              "takes the ticks from the HPET (-M pc only: under microvm, which has no HPET, no timer interrupt "
+              "came without the APIC timer). Direct boot loads the uncompressed "
+              "kernel (the bzImage's payload, an ELF file with 2 MiB-aligned segments) and jumps to its PVH "
+              "entry: no decompression, and under microvm qboot's minimal firmware instead of SeaBIOS; the "
+              "image bytes of such a row are that file's and the initramfs's.", "",
+              "| boot | what |", "|---|---|", *[f"| {b} | {BOOTS[b].what if b in BOOTS else '-'} |" for b in used]]
+    goals = [g for g in load_targets() if any(r.specialized and r.app == g.app for r in report.rows)]
+    if goals:
+        lines += ["", "## Against issue 36's targets", "",
+                  "The specialized rows against the targets in bench/boot-targets.toml ("
+                  + "; ".join(f"{g.app}: {g.why}" for g in goals) + "). Guest time under `--icount` counts "
+                  "instructions, not the cycles a real CPU takes for them.", "", *target_rows(report, goals)]
+    lines += ["", "## Published figures of other systems", "",
+              "Not measured here: other machines, VMMs, kernels and definitions of boot time. Sources as cited "
+              "in issue 36.", "", *peer_rows(load_peers()), "", "## How it is measured", "", METHOD]
+    return "\n".join(lines) + "\n"
+
+
+METHOD = f"""* **Time origin: the kernel's first instruction**, the real-mode setup code's entry where QEMU's
+  `-kernel` loader jumps (linear 0x10200 for a modern bzImage), so the firmware (SeaBIOS) does not count
+  and the decompression does (a VMM that loads vmlinux directly skips it; the `decompressor..kernel`
+  column shows what that saves). Booted direct, the origin is the kernel's PVH entry (`setup` and
+  `decompressor` are both that point).
+* **Points**: our QEMU plugin (`tools/plugin/insnclass.c`, option `at=`) records the instructions executed
+  before the first execution of each address in a chain, each armed once the one before has run, the
+  idle instructions (HLT, MWAIT) executed before it, and the host's clock then. `main()` is `ukl_main` in
+  vmlinux under UKL (the application's symbols carry the `ukl_` prefix), and the static program's `main`
+  under `linux` (a non-PIE static binary at its link address; init is linked at 0x10000000, so no
+  address of init's is one of the application's).
+* **Guest time**: under `-icount shift=0,sleep=off` the guest's clock, and its TSC, advance one ns per
+  instruction, and jump ahead while the CPU idles. init (`ukl_stamp=1`) reads the TSC (QEMU's exact count,
+  plus idle time, since power-on) just before it starts the application. Boot to `main()` = that TSC
+  - the plugin's instructions before the origin + the plugin's instructions from the stamp to `main()`.
+  This holds where no idle instruction runs before the origin nor between the stamp and `main()`; the
+  plugin counts them, and a row where either happened is marked `*`. The plugin counts a translated block
+  whole when it starts, so blocks cut short by an exception are overcounted: the column "TSC -
+  instructions at init's stamp" above is that overcount (negative) where nothing idled before the
+  stamp. It bounds the error of the count before the origin (the firmware's), so boot to `main()` is
+  within that many ns (plus the overcount between the stamp and `main()`, a part of its 0.3-1 million
+  instructions). The instruction columns are the plugin's counts, high by up to that overcount.
+* **First reply** (servers: recipes with a `[netbench]` or `[tests]` probe): a prober forked by init
+  (`ukl_probe=PORT:HEX`) connects to 127.0.0.1:PORT, retrying every {PROBE_INTERVAL_NS // 1000} us of guest time
+  until the server listens, sends the recipe's probe, and reads the TSC when the first byte of the answer
+  arrives; then it stops the server. Late by at most the retry interval where the server began to listen
+  between two tries, plus the prober's wake-up. Its connection attempts before `main()` (a few thousand
+  instructions each) are counted in the server's boot to `main()`.
+* **Wall, TCG**: the host's clock between the same points under QEMU's software emulation (translation
+  included): what this machine took, not what a real CPU would; it varies with the host's load.
+* **Least memory**: boots with `-m N` (MiB) running the recipe's smoke test (a C file or directory: the
+  program must exit with status 0); bisection in log space between the bounds. A recipe's image
+  carries busybox (1.9 MB, static) for its smoke test in the initramfs, which the kernel unpacks into
+  memory. An image of a C file (`examples/hello/hello.c`) holds the program and init alone.
+* **Kernel compression**: each row's kernel compression is read from its bzImage. The configurations use
+  LZ4 (the fastest decompressor); `ukl bench boot --compressions` measures the others
+  (docs/results-boot-compression.md).
+* **Repeatability**: under `--icount` runs repeat exactly; with `--repeat N` each run's instruction count
+  is kept (`runs_instructions` in the JSON)."""
+
+
+def plot(report: Report, path: Path) -> None:
+    """Three panels, image size, boot to main() and least memory: a bar per
+    application and configuration, and the peers' published figures for the
+    same applications, hatched."""
+    plt = reporting.pyplot()
+
+    peers = load_peers()
+    panels = [("image MB (kernel + initramfs)", lambda r: r.image_bytes / MB, lambda p, a: p.image_mb.get(a)),
+              ("boot to main(), ms of guest time", lambda r: None if r.boot_to_main_ns is None
+               else r.boot_to_main_ns / 1e6, lambda p, a: p.boot_ms),
+              ("least memory, MiB (peers: MB)", lambda r: r.min_memory_mib, lambda p, a: p.min_memory_mb.get(a))]
+    apps = list(dict.fromkeys(r.app for r in report.rows))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 0.5 * len(report.rows) + 0.4 * len(peers) * len(apps) + 2.5))
+    for ax, (title, ours, theirs) in zip(axes, panels, strict=True):
+        labels: list[str] = []
+        values: list[float] = []
+        hatch: list[bool] = []
+        for a in apps:
+            for r in (r for r in report.rows if r.app == a):
+                labels.append(f"{a} {r.config}")
+                v = ours(r)
+                values.append(float(v) if v is not None else 0.0)
+                hatch.append(False)
+            for p in peers:
+                pv = theirs(p, a)
+                if pv is not None and title.startswith("boot"):
+                    continue        # the peers publish one boot time, not one per application: below
+                if pv is not None:
+                    labels.append(f"{a} {p.name.split(' (')[0]}")
+                    values.append(float(pv))
+                    hatch.append(True)
+        if title.startswith("boot"):
+            for p in peers:
+                if p.boot_ms is not None:
+                    labels.append(f"{p.name.split(' (')[0]} (published, any app)")
+                    values.append(p.boot_ms)
+                    hatch.append(True)
+        bars = ax.barh(range(len(labels)), values, color=["C7" if h else "C0" for h in hatch])
+        for b, h in zip(bars, hatch, strict=True):
+            if h:
+                b.set_hatch("//")
+        ax.set_yticks(range(len(labels)))
+        ax.set_yticklabels(labels, fontsize=7)
+        ax.invert_yaxis()
+        ax.set_title(title, fontsize=9)
+    fig.suptitle("ukl bench boot (blue) beside published figures of other systems (grey, hatched)"
+                 + (" - guest time under -icount" if report.icount else ""), fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    reporting.save_plot(fig, path)
+
+
+def show(report: Report) -> None:
+    ui.report_console().print(table(report))
+    for r in report.rows:
+        for n in r.notes:
+            ui.warn(f"{r.app} under '{r.config}': {n}")
+

@@ -1,0 +1,1 @@
+"""The kernel: configurations and profiles, the patched tree and its builds, specialization."""

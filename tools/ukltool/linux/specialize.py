@@ -1,0 +1,729 @@
+"""`ukl build APP --config base --specialize`: a kernel configuration made
+for one application.
+
+1. Record: the application is built for `linux` (the same program as an
+   ordinary process, making the same system calls) into an image that
+   also holds Debian's strace, and booted on the general kernel running
+   its smoke test (the recipe's [smoke]; a file or directory: the program
+   with its default arguments) under `strace -f`. The trace leaves the
+   guest on the console, compressed and base64-encoded between markers.
+2. Map: the system calls, socket families, paths, mounted file systems,
+   ioctls and flags in the trace are looked up in kernel/specialize/
+   table.toml; each entry names the Kconfig options that build what was
+   used. kernel/specialize/core.config (what UKL, `ukl run` and init need)
+   plus the configuration's own fragments (base.config) plus those options
+   plus the recipe's [specialize] options make the fragment, named by its
+   content (special-HASH) and kept in the cache: applications with the
+   same needs share one kernel build.
+3. Build the image for special-HASH, boot it once running the same smoke
+   test (re-verification), and write OUT/specialize.md and .json: every
+   option and why.
+
+A system call that the specialized kernel lacks returns ENOSYS, as Linux
+does for any call compiled out."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import json
+import re
+import shlex
+import shutil
+import tempfile
+import time
+import tomllib
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ukltool.apps import recipes
+from ukltool.build import image, initramfs
+from ukltool.linux import kernel, profiles
+from ukltool.run import vm
+from ukltool.util import ui
+from ukltool.util.errors import UklError
+from ukltool.util.paths import KERNEL_DIR, cache_dir
+
+SPEC_DIR = KERNEL_DIR / "specialize"
+TABLE_FILE = SPEC_DIR / "table.toml"
+CORE_FILE = SPEC_DIR / "core.config"
+PREFIX = kernel.SPECIAL_PREFIX
+STRACE = Path("/usr/bin/strace")
+TRACE_BEGIN, TRACE_END = "ukl-specialize: trace begin", "ukl-specialize: trace end"
+SMOKE_STATUS = re.compile(r"^ukl-specialize: smoke status (\d+)\s*$", re.M)
+SMOKE_FILE = "/etc/ukl/specialize-smoke.sh"
+GUEST_TRACE = "/tmp/ukl-specialize.trace"
+OPTION_NAME = re.compile(r"CONFIG_[A-Z0-9_]+")
+SECTIONS = ("syscalls", "families", "paths", "filesystems", "ioctls", "arguments")
+
+
+# ---- the table ----
+
+@dataclass(frozen=True)
+class Entry:
+    key: str
+    options: tuple[str, ...]
+    where: str                    # what in the kernel it is (the table's `in`)
+    ukl: bool = False             # a UKL call: ENOSYS on `linux` by design
+    unknown: bool = False         # a catch-all: the table has nothing more precise
+    calls: tuple[str, ...] = ()   # [arguments]: the calls whose arguments are searched
+
+
+@dataclass
+class Table:
+    sections: dict[str, dict[str, Entry]]
+    nic: Entry
+    drop: dict[str, str]          # options of the configuration's fragments left to the application -> why
+    vm_base_only: dict[str, str]  # options of vm-base.config no specialized kernel gets -> why
+
+    def all_options(self) -> set[str]:
+        """Every option an entry can add."""
+        return {o for sec in self.sections.values() for e in sec.values() for o in e.options} | set(self.nic.options)
+
+
+def _options(v: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(v, list) or not all(isinstance(o, str) and OPTION_NAME.fullmatch(o) for o in v):
+        raise UklError(f"{where}: options must be a list of CONFIG_NAME strings", f"fix {TABLE_FILE}")
+    return tuple(v)
+
+
+def load_table(path: Path = TABLE_FILE) -> Table:
+    """The table, checked: a broken file is an error that names the entry."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise UklError(f"cannot read {path}: {e}", "fix the file (TOML)") from None
+    sections: dict[str, dict[str, Entry]] = {}
+    for sec in SECTIONS:
+        raw = data.get(sec, {})
+        if not isinstance(raw, dict):
+            raise UklError(f"{path}: [{sec}] must be a table", "see the file's header")
+        out = {}
+        for key, v in raw.items():
+            where = f"{path.name} [{sec}] {key}"
+            if not isinstance(v, dict) or not isinstance(v.get("in"), str):
+                raise UklError(f"{where}: needs {{ options = [...], in = \"...\" }}", f"fix {path}")
+            unknown_keys = set(v) - {"options", "in", "ukl", "unknown", "calls"}
+            if unknown_keys:
+                raise UklError(f"{where}: unknown key(s) {', '.join(sorted(unknown_keys))}", f"fix {path}")
+            calls = v.get("calls", [])
+            if sec == "arguments" and (not calls or not all(isinstance(c, str) for c in calls)):
+                raise UklError(f"{where}: an [arguments] entry names its calls (calls = [\"fcntl\"])", f"fix {path}")
+            out[key] = Entry(key, _options(v.get("options"), where), v["in"], bool(v.get("ukl", False)),
+                             bool(v.get("unknown", False)), tuple(calls))
+        sections[sec] = out
+    nic = data.get("nic")
+    if not isinstance(nic, dict) or not isinstance(nic.get("in"), str):
+        raise UklError(f"{path}: [nic] needs options and in", f"fix {path}")
+    reasons = {}
+    for sec in ("drop", "vm_base_only"):
+        raw = data.get(sec, {})
+        if not isinstance(raw, dict) or not all(OPTION_NAME.fullmatch(k) and isinstance(v, str) and v.strip()
+                                                for k, v in raw.items()):
+            raise UklError(f"{path}: [{sec}] maps CONFIG_NAME to a reason", f"fix {path}")
+        reasons[sec] = raw
+    unknown = set(data) - {*SECTIONS, "nic", "drop", "vm_base_only"}
+    if unknown:
+        raise UklError(f"{path}: unknown section(s) {', '.join(sorted(unknown))}", "see the file's header")
+    return Table(sections, Entry("nic", _options(nic.get("options"), f"{path.name} [nic]"), nic["in"]),
+                 reasons["drop"], reasons["vm_base_only"])
+
+
+# ---- the trace ----
+
+@dataclass
+class Use:
+    count: int = 0
+    programs: set[str] = field(default_factory=set)
+    errors: Counter[str] = field(default_factory=Counter)   # errno name -> calls that failed with it
+
+    def add(self, program: str, errno: str | None) -> None:
+        self.count += 1
+        self.programs.add(program)
+        if errno:
+            self.errors[errno] += 1
+
+    def only_failed_with(self, *errnos: str) -> bool:
+        return self.count > 0 and sum(self.errors[e] for e in errnos) == self.count
+
+
+@dataclass
+class Usage:
+    """What a trace shows the programs used, each with who and how often."""
+    syscalls: dict[str, Use] = field(default_factory=dict)
+    families: dict[str, Use] = field(default_factory=dict)
+    paths: dict[str, Use] = field(default_factory=dict)
+    filesystems: dict[str, Use] = field(default_factory=dict)
+    ioctls: dict[str, Use] = field(default_factory=dict)
+    arguments: dict[str, Use] = field(default_factory=dict)   # "call WORD"
+    addresses: dict[str, Use] = field(default_factory=dict)   # non-loopback addresses connected or sent to
+    lines: int = 0
+
+    def note(self, what: dict[str, Use], key: str, program: str, errno: str | None) -> None:
+        what.setdefault(key, Use()).add(program, errno)
+
+
+LINE = re.compile(r"^(?P<pid>\d+)\s+(?P<rest>.*)$")
+RESUMED = re.compile(r"^<\.\.\. (?P<name>\w+) resumed>(?P<args>.*)$")
+CALL = re.compile(r"^(?P<name>\w+)\((?P<args>.*)$")
+RESULT = re.compile(r"^(?P<args>.*)\)\s+=\s+(?P<ret>\S+)(?P<tail>.*)$")
+ERRNO = re.compile(r"^\s+(E[A-Z0-9]+)\b")
+STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
+PATH_CALLS = frozenset("""open openat openat2 creat stat lstat newfstatat statx access faccessat faccessat2 readlink
+    readlinkat execve execveat mkdir mkdirat rmdir unlink unlinkat rename renameat renameat2 link linkat symlink
+    symlinkat chdir chroot chmod fchmodat chown lchown fchownat truncate utime utimes utimensat futimesat statfs
+    mknod mknodat inotify_add_watch getxattr lgetxattr setxattr lsetxattr listxattr llistxattr removexattr
+    lremovexattr umount2 pivot_root name_to_handle_at uselib swapon swapoff acct""".split())
+FORKS = frozenset(("clone", "clone3", "fork", "vfork"))
+LOOPBACK = re.compile(r"^(127\.|0\.0\.0\.0$|::1?$|::ffff:127\.)")
+
+
+def split_args(text: str) -> list[str]:
+    """strace's argument list split at the top level's commas."""
+    out, depth, cur, quoted, escaped = [], 0, [], False, False
+    for ch in text:
+        if quoted:
+            cur.append(ch)
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                quoted = False
+            continue
+        if ch == '"':
+            quoted = True
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append("".join(cur).strip())
+            cur = []
+            continue
+        cur.append(ch)
+    last = "".join(cur).strip()
+    if last:
+        out.append(last)
+    return out
+
+
+def _unquote(s: str) -> str:
+    try:
+        return s.encode("latin-1", "backslashreplace").decode("unicode_escape")
+    except UnicodeDecodeError:
+        return s
+
+
+def parse_trace(text: str, first_program: str = "sh") -> Usage:
+    """The usage in an `strace -f` output (pid-prefixed lines). Unfinished
+    calls are joined with their resumption; a process is named after the
+    file it last executed (its parent's name until then)."""
+    usage = Usage()
+    program: dict[str, str] = {}
+    pending: dict[str, tuple[str, str]] = {}
+    for raw in text.splitlines():
+        m = LINE.match(raw.strip())
+        if not m:
+            continue
+        pid, rest = m.group("pid"), m.group("rest")
+        if rest.startswith(("---", "+++")):
+            continue       # signals, exits
+        if pid not in program:
+            program[pid] = first_program if not program else "?"   # named when its parent's clone returns
+        r = RESUMED.match(rest)
+        if r:
+            if pid not in pending:
+                continue
+            name, args = pending.pop(pid)
+            rest = f"{name}({args}{r.group('args')}"
+        c = CALL.match(rest)
+        if not c:
+            continue
+        name, tail = c.group("name"), c.group("args")
+        if tail.endswith("<unfinished ...>"):
+            pending[pid] = (name, tail[: -len("<unfinished ...>")].rstrip())
+            continue
+        res = RESULT.match(tail)
+        if res:
+            args, ret, e = res.group("args"), res.group("ret"), ERRNO.match(res.group("tail"))
+            errno = e.group(1) if e else None
+        elif name in ("exit", "exit_group"):
+            args, ret, errno = tail.rstrip(") ?="), "?", None
+        else:
+            continue
+        usage.lines += 1
+        _record(usage, program, pid, name, args, ret, errno)
+    return usage
+
+
+def _record(usage: Usage, program: dict[str, str], pid: str, name: str, args: str, ret: str,
+            errno: str | None) -> None:
+    who = program[pid]
+    usage.note(usage.syscalls, name, who, errno)
+    parts = split_args(args)
+    if name in FORKS and ret.isdigit() and program.get(ret, "?") == "?":
+        program[ret] = who
+    if name in ("execve", "execveat") and ret == "0":
+        strings = STRING.findall(args)
+        # busybox runs some applets by exec'ing itself: keep the name
+        if strings and not _unquote(strings[0]).startswith("/proc/self/"):
+            program[pid] = Path(_unquote(strings[0])).name or who
+    if name in PATH_CALLS:
+        for s in STRING.findall(args):
+            path = _unquote(s)
+            if path.startswith("/"):
+                usage.note(usage.paths, path, who, errno)
+    if name in ("socket", "socketpair") and parts:
+        usage.note(usage.families, parts[0], who, errno)
+    if name == "mount" and len(parts) >= 3:
+        fstype = STRING.fullmatch(parts[2])
+        if fstype:
+            usage.note(usage.filesystems, _unquote(fstype.group(1)), who, errno)
+    if name == "ioctl" and len(parts) >= 2:
+        usage.note(usage.ioctls, re.split(r"[\s(]", parts[1])[0], who, errno)
+    if name in ("connect", "sendto", "sendmsg"):
+        for addr in re.findall(r'inet_(?:addr|pton)\((?:AF_INET6?, )?"([^"]+)"', args):
+            if not LOOPBACK.match(addr):
+                usage.note(usage.addresses, addr, who, errno)
+    for word in set(re.findall(r"\b[A-Z][A-Z0-9_]{2,}\b", args)):
+        usage.note(usage.arguments, f"{name} {word}", who, errno)
+
+
+# ---- the choice ----
+
+@dataclass
+class Choice:
+    option: str
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Selection:
+    options: dict[str, Choice] = field(default_factory=dict)
+    left_out: list[str] = field(default_factory=list)    # seen, but nothing added: why
+    unknown: list[str] = field(default_factory=list)     # seen, without a precise table entry
+
+    def add(self, options: tuple[str, ...] | list[str], reason: str) -> None:
+        for o in options:
+            self.options.setdefault(o, Choice(o)).reasons.append(reason)
+
+
+def _who(use: Use) -> str:
+    progs = sorted(use.programs)
+    shown = ", ".join(progs[:4]) + (f" and {len(progs) - 4} more" if len(progs) > 4 else "")
+    return f"{shown}; {use.count} time{'s' if use.count != 1 else ''}"
+
+
+def _path_entry(path: str, entries: dict[str, Entry]) -> Entry | None:
+    """The entry with the longest key that PATH starts with; a key ending
+    in '/' also matches the directory itself."""
+    best: Entry | None = None
+    for key, e in entries.items():
+        if (path.startswith(key) or path + "/" == key) and (best is None or len(key) > len(best.key)):
+            best = e
+    return best
+
+
+def choose(usage: Usage, table: Table, general: dict[str, str] | None = None,
+           manual: list[tuple[str, str]] | None = None, nic_reasons: list[str] | None = None) -> Selection:
+    """The options USAGE needs. GENERAL: the general kernel's configuration
+    (what the recording ran on); an option it lacks is left out, since the
+    application ran without it. MANUAL: the recipe's (option, reason)
+    pairs. NIC_REASONS: why the application is reached over the network."""
+    sel = Selection()
+
+    def add(entry: Entry, what: str, use: Use) -> None:
+        opts = entry.options
+        if general is not None and not entry.ukl:
+            missing = [o for o in opts if general.get(o, "n") == "n"]
+            if missing:
+                sel.left_out.append(f"{what}: {', '.join(missing)} is not in the general kernel either "
+                                    f"({_who(use)})")
+                opts = tuple(o for o in opts if o not in missing)
+        sel.add(opts, f"{what}: {entry.where} ({_who(use)})")
+
+    calls = table.sections["syscalls"]
+    for name, use in sorted(usage.syscalls.items()):
+        e = calls.get(name)
+        if e is None:
+            if name.startswith("syscall_"):
+                sel.unknown.append(f"{name}(): a system call number strace does not know ({_who(use)})")
+            continue
+        if not e.ukl and use.only_failed_with("ENOSYS"):
+            sel.left_out.append(f"{name}(): ENOSYS on the general kernel too ({_who(use)})")
+            continue
+        add(e, f"{name}()", use)
+    families = table.sections["families"]
+    for fam, use in sorted(usage.families.items()):
+        e = families.get(fam)
+        if e is None:
+            sel.unknown.append(f"socket({fam}): no table entry ({_who(use)})")
+        elif use.only_failed_with("EAFNOSUPPORT", "ENOSYS"):
+            sel.left_out.append(f"socket({fam}): not supported by the general kernel either ({_who(use)})")
+        else:
+            add(e, f"socket({fam})", use)
+    for path, use in sorted(usage.paths.items()):
+        e = _path_entry(path, table.sections["paths"])
+        if e is None:
+            continue        # the initramfs's own files (rootfs)
+        if e.unknown:
+            sel.unknown.append(f"{path}: {e.where} ({_who(use)})")
+        if e.options:
+            add(e, path, use)
+    for fs, use in sorted(usage.filesystems.items()):
+        e = table.sections["filesystems"].get(fs)
+        if e is None:
+            sel.unknown.append(f"mount of a '{fs}' file system: no table entry ({_who(use)})")
+        elif e.options:
+            add(e, f"mount type {fs}", use)
+    for req, use in sorted(usage.ioctls.items()):
+        e = _prefix_entry(req, table.sections["ioctls"])
+        if e is not None and e.options:
+            add(e, f"ioctl {req}", use)
+    for key, use in sorted(usage.arguments.items()):
+        call, word = key.split(" ", 1)
+        e = table.sections["arguments"].get(word)
+        if e is not None and call in e.calls and e.options:
+            add(e, f"{call}(... {word} ...)", use)
+    nic = list(nic_reasons or [])
+    nic += [f"{addr} reached ({_who(use)})" for addr, use in sorted(usage.addresses.items())]
+    if nic:
+        sel.add(table.nic.options, f"the network device: {table.nic.where}; " + "; ".join(nic))
+    for opt, reason in manual or []:
+        sel.add((opt,), f"the recipe: {reason}")
+    return sel
+
+
+def _prefix_entry(word: str, entries: dict[str, Entry]) -> Entry | None:
+    best = None
+    for key, e in entries.items():
+        if word.startswith(key) and (best is None or len(key) > len(best.key)):
+            best = e
+    return best
+
+
+# ---- the fragment ----
+
+def config_lines(config: str, table: Table) -> tuple[str, list[str]]:
+    """The fragments of CONFIG (a repository configuration) other than
+    vm-base.config, as text without `ukl-extends` lines and without the
+    options the table's [drop] leaves to the application; and the dropped
+    options that were there."""
+    text, dropped = [], []
+    for frag in kernel.fragments(config):
+        if frag.name == kernel.BASE_FRAGMENT:
+            continue
+        text.append(f"# from {frag.name}")
+        for line in frag.read_text().splitlines():
+            if re.match(r"#\s*ukl-extends:", line):
+                continue
+            sym = re.match(r"^(?:# )?(CONFIG_\w+)[= ]", line)
+            if sym and sym.group(1) in table.drop:
+                dropped.append(sym.group(1))
+                continue
+            text.append(line)
+    return "\n".join(text) + "\n", dropped
+
+
+def fragment(config: str, sel: Selection, table: Table) -> str:
+    """The specialized configuration's fragment: the core, CONFIG's own
+    fragments, the chosen options. It names no application, so that
+    applications with the same needs share it (and its kernel)."""
+    own, _ = config_lines(config, table)
+    chosen = "".join(f"{o}=y\n" for o in sorted(sel.options))
+    return ("# A specialized configuration (`ukl build --specialize`): kernel/specialize/core.config,\n"
+            f"# the fragments of '{config}', and the options an application was seen to need\n"
+            "# (each image's specialize.md says why).\n"
+            f"# ukl-specialized-from: {config}\n"
+            f"{CORE_FILE.read_text()}\n{own}\n# the application's options\n{chosen}")
+
+
+def config_name(text: str) -> str:
+    """special-HASH, HASH of what the fragment sets (and its `ukl-`
+    headers), not of its comments: a reworded comment keeps the name, and
+    so the build directory."""
+    settings = sorted(f"{k}={v}" for k, v in kernel.parse_fragment(text).items())
+    headers = sorted(l.strip() for l in text.splitlines() if re.match(r"#\s*ukl-", l))
+    return PREFIX + hashlib.sha256("\n".join([*headers, *settings]).encode()).hexdigest()[:12]
+
+
+def store(text: str) -> str:
+    """Keep the fragment in the cache under its name; return the name."""
+    name = config_name(text)
+    path = kernel.special_fragment(name)
+    if not path.is_file() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".partial")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return name
+
+
+def general_config() -> dict[str, str] | None:
+    """The final .config of the `linux` kernel (the recording's), where built."""
+    path = cache_dir() / "build" / "linux" / ".config"
+    return kernel.parse_fragment(path.read_text()) if path.is_file() else None
+
+
+# ---- recording ----
+
+def strace_files() -> list[tuple[Path, str]]:
+    """Debian's strace and the shared libraries it loads, for the image."""
+    if not STRACE.is_file():
+        raise UklError(f"{STRACE} is missing: --specialize records the application with it",
+                       "apt-get install strace")
+    files = [(STRACE, str(STRACE))]
+    for lib in image._shared_libraries(STRACE):
+        files.append((lib.resolve(), str(lib)))
+    return files
+
+
+def smoke_for(recipe: recipes.Recipe | None, args: list[str]) -> tuple[str, list[str], float, str]:
+    """The smoke test the recording and the re-verification run, the lines
+    it must print, its timeout, and what strace runs: the recipe's [smoke]
+    script under the shell (the shell and the tools it runs are part of
+    the test, and they run on the specialized kernel too), else the
+    application itself with ARGS (its image has no shell), which must exit
+    with status 0."""
+    if recipe is not None and recipe.smoke is not None:
+        return recipe.smoke.sh, recipe.smoke.expect, recipe.smoke.timeout, f"/bin/sh {SMOKE_FILE}"
+    return "", [], 120.0, " ".join(["$UKL_APP", *(shlex.quote(a) for a in args)])
+
+
+def wrapper(traced: str) -> str:
+    """The shell command line the recording boot runs instead of the
+    application: TRACED under strace, then the trace on the console."""
+    return (f"strace -f -qq -s 0 -o {GUEST_TRACE} {traced}; s=$?; "
+            "echo \"ukl-specialize: smoke status $s\"; "
+            f"echo '{TRACE_BEGIN}'; gzip -c {GUEST_TRACE} | base64; echo '{TRACE_END}'; exit $s")
+
+
+def extract_trace(console: str) -> str:
+    """The trace between the markers on the console (base64 of gzip)."""
+    begin, end = console.rfind(TRACE_BEGIN), console.rfind(TRACE_END)
+    if begin < 0 or end < begin:
+        raise UklError("the recording boot printed no trace", "see its console log")
+    body = "".join(l.strip() for l in console[begin + len(TRACE_BEGIN):end].splitlines()
+                   if re.fullmatch(r"[A-Za-z0-9+/=]+", l.strip()))
+    try:
+        return gzip.decompress(base64.b64decode(body)).decode(errors="replace")
+    except (ValueError, OSError, EOFError) as e:
+        raise UklError(f"the trace on the console is damaged: {e}", "see the recording's console log") from None
+
+
+def _boot(outdir: Path, sh: str, smoke: str, log: Path, timeout: float, args: list[str]) -> tuple[vm.RunResult, str]:
+    with tempfile.TemporaryDirectory(prefix="ukl-specialize-") as td:
+        extra = initramfs.args_archive(args, Path(td), sh)
+        script = Path(td) / "smoke.sh"
+        script.write_text(smoke)
+        smoke_cpio = Path(td) / "smoke.cpio"
+        initramfs.write(initramfs.Spec().file(SMOKE_FILE, script, "0644"), smoke_cpio)
+        res = vm.boot(vm.RunSpec(bzimage=outdir / "bzImage", initrds=[outdir / "initramfs.cpio", extra, smoke_cpio],
+                                 log=log, timeout=timeout, show=False))
+    return res, log.read_text(errors="replace")
+
+
+def _smoke_ok(res: vm.RunResult, console: str, expect: list[str], status_from_console: bool) -> str | None:
+    """None if the smoke test passed, else why not."""
+    if res.failures:
+        return "the kernel failed: " + res.failures[0]
+    if res.timed_out:
+        return "it timed out"
+    status = res.status
+    if status_from_console:
+        m = SMOKE_STATUS.findall(console)
+        status = int(m[-1]) if m else None
+    if status != 0:
+        return f"it exited with status {status}"
+    missing = [e for e in expect if e not in console]
+    return f"its output lacks: {', '.join(missing)}" if missing else None
+
+
+@dataclass
+class Recording:
+    trace: str
+    image_key: str
+    seconds: float
+    cached: bool
+
+
+def record(spec: image.BuildSpec, smoke: str, expect: list[str], timeout: float, traced: str,
+           workdir: Path) -> Recording:
+    """Build SPEC (for `linux`, with strace) and boot it running SMOKE under
+    strace; the trace, cached by the image's and the script's content."""
+    start = time.monotonic()
+    with ui.step(f"building {spec.name or spec.sources[0].name} for 'linux' to record it"):
+        image.build(spec)
+    h = hashlib.sha256()
+    for part in ("bzImage", "initramfs.cpio"):
+        h.update(hashlib.sha256((spec.outdir / part).read_bytes()).digest())
+    h.update(smoke.encode() + b"\0" + wrapper(traced).encode())
+    key = h.hexdigest()[:16]
+    cached = cache_dir() / "specialize" / "traces" / f"{key}.trace.gz"
+    if cached.is_file():
+        return Recording(gzip.decompress(cached.read_bytes()).decode(errors="replace"), key,
+                         time.monotonic() - start, True)
+    log = workdir / "record-console.log"
+    with ui.step("recording the smoke test under strace on the general kernel"):
+        res, console = _boot(spec.outdir, wrapper(traced), smoke, log, timeout * 4, [])
+    why = _smoke_ok(res, console, expect, status_from_console=True)
+    if why:
+        raise UklError(f"the smoke test failed on the general kernel while it was recorded: {why}",
+                       f"see {log}; the application must pass its smoke test under `linux` first")
+    trace = extract_trace(console)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_bytes(gzip.compress(trace.encode()))
+    return Recording(trace, key, time.monotonic() - start, False)
+
+
+# ---- the whole build ----
+
+@dataclass
+class Result:
+    config: str                        # special-HASH, with the profile's options
+    origin: str                        # the configuration specialized
+    app: str
+    options: dict[str, list[str]]      # chosen option -> reasons
+    core: list[str]                    # the core's options
+    origin_options: list[str]          # those of the configuration's own fragments
+    dropped: list[str]                 # of those, left to the application
+    left_out: list[str]
+    unknown: list[str]
+    syscalls: dict[str, int]           # every call seen -> times
+    trace_lines: int
+    record_seconds: float
+    record_cached: bool
+    build_seconds: float
+    verified: bool
+    verify_log: str
+
+
+def manual_options(r: recipes.Recipe | None) -> list[tuple[str, str]]:
+    return [] if r is None else list(r.specialize)
+
+
+def nic_reasons(r: recipes.Recipe | None) -> list[str]:
+    if r is None:
+        return []
+    out = []
+    if r.forwards:
+        out.append("the recipe forwards port(s) " + ", ".join(f"{g}" for _, g in r.forwards) + " from the host")
+    if r.tests is not None:
+        out.append(f"its test suite (`ukl apptest`) reaches port {r.tests.port} from the host")
+    if r.netbench is not None:
+        out.append(f"host clients (`ukl bench --clients host`) reach port {r.netbench.port}")
+    return out
+
+
+def build(spec: image.BuildSpec, recipe: recipes.Recipe | None, make_spec) -> Result:
+    """The specialized image of SPEC (its config: the one to specialize) in
+    SPEC.outdir. MAKE_SPEC(config, outdir, extra_files) gives the build
+    spec of the same application for another configuration."""
+    prof = profiles.parse(spec.config)
+    if prof.config.startswith(PREFIX):
+        raise UklError(f"'{spec.config}' is already specialized", "name the configuration to specialize, e.g. base")
+    kernel.fragments(spec.config)
+    table = load_table()
+    work = cache_dir() / "specialize" / "record" / re.sub(r"[^A-Za-z0-9._+-]", "_",
+                                                          recipe.name if recipe else str(spec.sources[0]).strip("/"))
+    work.mkdir(parents=True, exist_ok=True)
+    smoke, expect, timeout, traced = smoke_for(recipe, spec.args)
+    rec_spec: image.BuildSpec = make_spec("linux", work / "image", strace_files())
+    rec_spec.userspace = True
+    rec = record(rec_spec, smoke, expect, timeout, traced, work)
+    usage = parse_trace(rec.trace, "sh" if smoke else spec.name or "app")
+    if usage.lines == 0:
+        raise UklError("the recorded trace holds no system calls", f"see {work / 'record-console.log'}")
+    sel = choose(usage, table, general_config(), manual_options(recipe), nic_reasons(recipe))
+    text = fragment(prof.config, sel, table)
+    name = store(text)
+    full = "+".join((name, *prof.opts))
+    start = time.monotonic()
+    final: image.BuildSpec = make_spec(full, spec.outdir, [])
+    man = image.build(final)
+    build_seconds = time.monotonic() - start
+    (spec.outdir / "specialize.config").write_text(text)
+    (spec.outdir / "specialize-trace.gz").write_bytes(gzip.compress(rec.trace.encode()))
+    with ui.step(f"re-verifying: the smoke test on '{name}'"):
+        log = spec.outdir / "specialize-verify.log"
+        if recipe is not None and recipe.smoke is not None:
+            res, console = _boot(spec.outdir, recipe.smoke.sh, smoke, log, timeout, [])
+        else:
+            res, console = _boot_plain(spec.outdir, man, log, timeout)
+        why = _smoke_ok(res, console, expect, status_from_console=False)
+    _, dropped = config_lines(prof.config, table)
+    core = sorted(kernel.parse_fragment(CORE_FILE.read_text()))
+    own = sorted(o for f in kernel.fragments(prof.config) if f.name != kernel.BASE_FRAGMENT
+                 for o in kernel.parse_fragment(f.read_text()) if o not in table.drop)
+    result = Result(full, spec.config, man.app, {o: c.reasons for o, c in sorted(sel.options.items())}, core, own,
+                    dropped, sel.left_out, sel.unknown, {k: v.count for k, v in sorted(usage.syscalls.items())},
+                    usage.lines, rec.seconds, rec.cached, build_seconds, why is None, str(log))
+    write_reports(result, spec.outdir, table)
+    if why:
+        raise UklError(f"the smoke test fails on the specialized kernel '{name}': {why}",
+                       f"see {log} and {spec.outdir / 'specialize.md'}; a recipe adds what the trace missed with "
+                       "[specialize] options = [{name = \"CONFIG_X\", reason = \"...\"}]")
+    return result
+
+
+def _boot_plain(outdir: Path, man: image.Manifest, log: Path, timeout: float) -> tuple[vm.RunResult, str]:
+    """The application with its default arguments (an image without a shell)."""
+    with tempfile.TemporaryDirectory(prefix="ukl-specialize-") as td:
+        extra = initramfs.args_archive(man.args, Path(td))
+        res = vm.boot(vm.RunSpec(bzimage=outdir / "bzImage", initrds=[outdir / "initramfs.cpio", extra], log=log,
+                                 timeout=timeout, show=False))
+    return res, log.read_text(errors="replace")
+
+
+# ---- reports ----
+
+def write_reports(r: Result, outdir: Path, table: Table) -> None:
+    (outdir / "specialize.json").write_text(json.dumps(asdict(r), indent=1) + "\n")
+    (outdir / "specialize.md").write_text(markdown(r, table))
+
+
+def markdown(r: Result, table: Table) -> str:
+    lines = [f"# {r.app}: specialized kernel configuration `{r.config}`", "",
+             f"Written by `ukl build --config {r.origin} --specialize`. The configuration is "
+             "kernel/specialize/core.config, the fragments of "
+             f"`{r.origin}`, and the {len(r.options)} options below, which the application's smoke test was seen to "
+             f"need when it ran under strace on the general kernel ({r.trace_lines} system calls, "
+             f"{len(r.syscalls)} distinct; the trace is specialize-trace.gz, the fragment specialize.config).", "",
+             f"Re-verified: the smoke test {'passes' if r.verified else '**fails**'} on this kernel "
+             f"({Path(r.verify_log).name}).", "",
+             "## Options chosen for the application", "", "| option | why |", "|---|---|"]
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for opt, why in r.options.items():      # options added for the same reasons share a row
+        groups.setdefault(tuple(why), []).append(opt)
+    for why_all, opts in groups.items():
+        lines.append(f"| {', '.join(opts)} | " + "<br>".join(_md(x) for x in why_all) + " |")
+    if not r.options:
+        lines.append("| (none) | the core sufficed |")
+    lines += ["", "## The core (kernel/specialize/core.config)", "",
+              "What UKL, the console, the status channel, init and its way out of the VM need, whatever the "
+              "application: " + ", ".join(f"`{o}`" for o in r.core) + ".", ""]
+    if r.origin_options:
+        lines += [f"From `{r.origin}`'s own fragments: " + ", ".join(f"`{o}`" for o in r.origin_options) + ".", ""]
+    for o in r.dropped:
+        lines += [f"Left to the application from `{r.origin}`: `{o}`: {table.drop.get(o, '')}.", ""]
+    if r.left_out:
+        lines += ["## Seen, but nothing added", "", *[f"* {_md(x)}" for x in r.left_out], ""]
+    if r.unknown:
+        lines += ["## Seen, without a precise table entry (check these by hand)", "",
+                  *[f"* {_md(x)}" for x in r.unknown], ""]
+    lines += ["## System calls seen", "", ", ".join(f"{k} ({v})" for k, v in r.syscalls.items()), ""]
+    return "\n".join(lines)
+
+
+def _md(s: str) -> str:
+    return s.replace("|", "\\|")
+
+
+def copy_report(src: Path, dst: Path) -> None:
+    for name in ("specialize.md", "specialize.json", "specialize.config"):
+        if (src / name).is_file():
+            shutil.copy(src / name, dst / name)

@@ -1,0 +1,1 @@
+"""Booting an image: QEMU, networks, remote system calls, console logs, OCI packages."""

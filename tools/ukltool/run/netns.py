@@ -1,0 +1,125 @@
+"""A private network between host programs and one guest.
+
+A network namespace holds a tap device with the host's side of the guest
+network QEMU's user networking gives (10.0.2.2/24; the guest's eth0 is
+10.0.2.15 either way, see guest/init.c). QEMU (`ukl run --tap`) and the
+host's clients run inside the namespace, so their packets go through the
+guest's virtio-net device and the host kernel's tap driver instead of
+QEMU's user-mode network stack, and nothing outside the namespace sees
+them. Creating one needs root (CAP_NET_ADMIN) and /dev/net/tun; the
+namespace, and the tap device in it, is removed on leaving."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from ukltool.util import ui
+from ukltool.util.errors import UklError
+from ukltool.util.proc import run
+
+GUEST_IP = "10.0.2.15"
+HOST_IP = "10.0.2.2"
+TAP = "ukltap0"
+
+_serial = itertools.count()
+
+
+@dataclass(frozen=True)
+class Netns:
+    name: str
+
+    def exec(self, cmd: list[str]) -> list[str]:
+        """CMD, to run inside the namespace."""
+        return ["ip", "netns", "exec", self.name, *cmd]
+
+
+def unavailable() -> str | None:
+    """Why no private network can be made here (None: it can)."""
+    if os.geteuid() != 0:
+        return "a private tap network needs root (CAP_NET_ADMIN) to create a network namespace"
+    if not Path("/dev/net/tun").exists():
+        return "/dev/net/tun is missing, so there are no tap devices on this host (modprobe tun)"
+    if shutil.which("ip") is None:
+        return "the ip tool is missing (apt-get install iproute2)"
+    return None
+
+
+def setup_commands(name: str) -> list[list[str]]:
+    """The ip commands that make namespace NAME and its tap device."""
+    return [["ip", "netns", "add", name],
+            ["ip", "-n", name, "link", "set", "lo", "up"],
+            ["ip", "-n", name, "tuntap", "add", "dev", TAP, "mode", "tap"],
+            ["ip", "-n", name, "addr", "add", f"{HOST_IP}/24", "dev", TAP],
+            ["ip", "-n", name, "link", "set", TAP, "up"]]
+
+
+@contextmanager
+def private_network() -> Iterator[Netns]:
+    """A fresh namespace with the tap device up, removed afterwards."""
+    why = unavailable()
+    if why:
+        raise UklError(why, "run as root on a host with /dev/net/tun")
+    ns = Netns(f"ukl-{os.getpid()}-{next(_serial)}")
+    cmds = setup_commands(ns.name)
+    run(cmds[0], what=f"creating network namespace {ns.name}")
+    try:
+        for cmd in cmds[1:]:
+            run(cmd, what=" ".join(cmd))
+        yield ns
+    finally:
+        try:
+            run(["ip", "netns", "del", ns.name], what=f"removing network namespace {ns.name}")
+        except UklError as e:  # never in place of the error that ended the block
+            ui.warn(e.message)
+
+
+# Run inside a namespace: does the server at HOST:PORT answer PROBE?
+_PROBE = """
+import socket, sys
+try:
+    with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5) as s:
+        s.settimeout(5)
+        s.sendall(sys.argv[3].encode())
+        sys.exit(0 if s.recv(64) else 1)
+except OSError:
+    sys.exit(1)
+"""
+
+
+def answers(ns: Netns | None, host: str, port: int, probe: str) -> bool:
+    """Does the server at HOST:PORT answer PROBE (seen from NS, if given)?"""
+    if ns is not None:
+        cmd = ns.exec([sys.executable, "-c", _PROBE, host, str(port), probe])
+        return subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True).returncode == 0
+    try:
+        with socket.create_connection((host, port), timeout=5) as s:
+            s.settimeout(5)
+            s.sendall(probe.encode())
+            return bool(s.recv(64))
+    except OSError:
+        return False
+
+
+def wait_for_server(ns: Netns | None, host: str, port: int, probe: str, vm_proc: subprocess.Popen[bytes],
+                    timeout: float) -> None:
+    """Until the server in the guest answers PROBE (QEMU's user network
+    accepts a forwarded connection before the guest has a server)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if vm_proc.poll() is not None:
+            raise UklError(f"the VM stopped before the server was ready (status {vm_proc.returncode})",
+                           "see its console log")
+        if answers(ns, host, port, probe):
+            return
+        time.sleep(1)
+    raise UklError(f"the server did not answer on {host}:{port} within {timeout:.0f}s", "see the console log")

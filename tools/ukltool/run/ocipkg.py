@@ -1,0 +1,368 @@
+"""`ukl pkg OUTDIR --oci FILE.tar`: an image built by `ukl build` as an OCI
+image archive (image layout in a tar file) that containerd runs with urunc.
+
+The archive holds one layer: the kernel with the application linked in
+(/ukl/bzImage, or /ukl/vmlinux for Firecracker), the initramfs
+(/ukl/initramfs.cpio) and /urunc.json. urunc reads its settings from
+annotations named com.urunc.unikernel.* or, since containerd does not pass
+an image's annotations to the runtime, from /urunc.json in the container's
+root file system; in both places every value is base64-encoded
+(urunc's pkg/unikontainers/config.go decodes each one). urunc's `linux`
+type boots the kernel with `rdinit=ARGV0 -- ARGS`, ARGV0 and ARGS being the
+container's process arguments, so the image's entrypoint is our init
+(/init in the initramfs) and its command the application's arguments.
+
+Reproducible: fixed times, owners and order, gzip without a time stamp,
+so the same OUTDIR gives the same digests."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import io
+import json
+import os
+import re
+import stat
+import tarfile
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ukltool.build import image
+from ukltool.linux import bzimage
+from ukltool.run import vm
+from ukltool.util.errors import UklError
+
+MEDIA_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+MEDIA_INDEX = "application/vnd.oci.image.index.v1+json"
+MEDIA_CONFIG = "application/vnd.oci.image.config.v1+json"
+MEDIA_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
+REF_NAME = "org.opencontainers.image.ref.name"  # the OCI image layout's name of a manifest
+CONTAINERD_NAME = "io.containerd.image.name"     # the name `ctr image import` gives the image
+URUNC_JSON = "urunc.json"
+ANNOT = "com.urunc.unikernel."
+# urunc's monitors (pkg/unikontainers/hypervisors/vmm.go), and which of
+# them boot a Linux kernel (its `linux` unikernel type)
+URUNC_MONITORS = ("qemu", "firecracker", "hvt", "spt", "hedge")
+HYPERVISORS = ("qemu", "firecracker")
+KERNEL = {"qemu": "/ukl/bzImage", "firecracker": "/ukl/vmlinux"}
+INITRD = "/ukl/initramfs.cpio"
+INIT = "/init"   # ukl-init in the initramfs (guest/init.c)
+ENV = ["PATH=/bin:/sbin:/usr/bin:/usr/sbin", "LANG=C"]  # what ukl-init gives the application
+EPOCH = "1970-01-01T00:00:00Z"
+
+
+# The distribution reference grammar (github.com/distribution/reference):
+#   name := [domain '/'] path-component ['/' path-component]*
+#   domain := host [':' port], host := domain-name | IPv4 | '[' IPv6 ']'
+#   path-component := [a-z0-9]+ (separator [a-z0-9]+)*, separator := [_.] | __ | -+
+#   tag := [\w][\w.-]{0,127}; the name at most 255 characters
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?"
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[_.]|__|-+)[a-z0-9]+)*"
+_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+_REMAINDER = re.compile(rf"(?P<path>{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)(?::(?P<tag>{_TAG}))?")
+DEFAULT_DOMAIN = "docker.io"
+
+
+def normalize_reference(ref: str) -> str:
+    """REF as containerd's CRI (and so Kubernetes) names it: a domain
+    (docker.io unless the first component is one: it has a '.' or a ':',
+    is localhost or has capitals), library/ for a one-component Docker Hub
+    name, and a tag (latest unless given). A digest is refused: the
+    archive's content fixes it."""
+    if "@" in ref:
+        raise UklError(f"--tag {ref!r}: a digest names existing content; ukl pkg makes new content",
+                       "give a name and a tag, e.g. --tag localhost/ukl/hello:1.0")
+    first, slash, rest = ref.partition("/")
+    if slash and (any(c in first for c in ".:") or first == "localhost" or first != first.lower()):
+        domain: str | None = first
+    else:
+        domain, rest = None, ref
+    m = _REMAINDER.fullmatch(rest)
+    ok = m is not None and (domain is None or re.fullmatch(_DOMAIN, domain) is not None)
+    name_len = len(ref) - (len(m["tag"]) + 1 if m and m["tag"] else 0)
+    if m is None or not ok or name_len > 255:
+        raise UklError(f"--tag {ref!r} is not a valid image reference",
+                       "use [DOMAIN/]PATH[:TAG]: lower-case letters, digits and separators (. _ __ -) in the path, "
+                       "a tag of up to 128 letters, digits, '_', '.' or '-' (e.g. localhost/ukl/hello:1.0)")
+    path = m["path"]
+    if domain is None:
+        domain = DEFAULT_DOMAIN
+        if "/" not in path:
+            path = f"library/{path}"
+    return f"{domain}/{path}:{m['tag'] or 'latest'}"
+
+
+def default_tag(app: str) -> str:
+    name = re.sub(r"[^a-z0-9]+", "-", app.lower()).strip("-") or "app"
+    return f"localhost/ukl/{name}:latest"
+
+
+def check_hypervisor(name: str) -> str:
+    if name in HYPERVISORS:
+        return name
+    if name in URUNC_MONITORS:
+        raise UklError(f"--hypervisor {name}: urunc's {name} monitor runs solo5 unikernels, not a Linux kernel",
+                       f"choose one of {', '.join(HYPERVISORS)}")
+    raise UklError(f"--hypervisor {name!r}: not a monitor urunc knows",
+                   f"choose one of {', '.join(HYPERVISORS)} (urunc's monitors that boot Linux)")
+
+
+def urunc_values(hypervisor: str, args: list[str], initrd: bool) -> dict[str, str]:
+    """urunc's settings, plain; encode() gives them as urunc reads them."""
+    vals = {
+        "unikernelType": "linux",
+        "unikernelVersion": "",
+        "hypervisor": hypervisor,
+        "binary": KERNEL[hypervisor],
+        # used by urunc only when the container has no process arguments
+        "cmdline": " ".join([INIT, *args]),
+        # urunc treats a missing value as true (and wants devmapper)
+        "useDMBlock": "false",
+    }
+    if initrd:
+        vals["initrd"] = INITRD
+    return {ANNOT + k: v for k, v in vals.items()}
+
+
+def encode(values: dict[str, str]) -> dict[str, str]:
+    return {k: base64.b64encode(v.encode()).decode() for k, v in values.items()}
+
+
+def decode(values: dict[str, str]) -> dict[str, str]:
+    return {k: base64.b64decode(v, validate=True).decode() for k, v in values.items()}
+
+
+@dataclass
+class Blob:
+    media_type: str
+    data: bytes
+    annotations: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def digest(self) -> str:
+        return "sha256:" + hashlib.sha256(self.data).hexdigest()
+
+    def descriptor(self) -> dict[str, object]:
+        d: dict[str, object] = {"mediaType": self.media_type, "digest": self.digest, "size": len(self.data)}
+        if self.annotations:
+            d["annotations"] = dict(sorted(self.annotations.items()))
+        return d
+
+
+def _json(obj: object) -> bytes:
+    return json.dumps(obj, indent=2, sort_keys=True).encode() + b"\n"
+
+
+def _tar(entries: Iterable[tuple[str, bytes | None, int]]) -> bytes:
+    """A tar stream of (path, data or None for a directory, mode), in
+    order, owned by 0:0, dated 0."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        for name, data, mode in entries:
+            ti = tarfile.TarInfo(name)
+            ti.mtime, ti.uid, ti.gid, ti.uname, ti.gname, ti.mode = 0, 0, 0, "", "", mode
+            if data is None:
+                ti.type = tarfile.DIRTYPE
+                tf.addfile(ti)
+            else:
+                ti.size = len(data)
+                tf.addfile(ti, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _gzip(data: bytes) -> bytes:
+    buf = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=6) as gz:
+        gz.write(data)
+    return buf.getvalue()
+
+
+def _ports(man: image.Manifest) -> list[int]:
+    """The ports the application serves: the guest sides of the image's
+    --forward pairs and of its recipe's [image] forward."""
+    ports = {guest for _host, guest in man.forwards}
+    if man.recipe:
+        from ukltool.apps import recipes
+        try:
+            ports |= {guest for _host, guest in recipes.load(man.recipe).forwards}
+        except UklError:
+            pass  # a recipe since renamed: the manifest's pairs stand
+    return sorted(ports)
+
+
+@dataclass
+class Package:
+    reference: str
+    layer: Blob
+    config: Blob
+    manifest: Blob
+    index: bytes
+    urunc: dict[str, str]   # plain values
+
+
+def _kernel_bytes(outdir: Path, hypervisor: str) -> bytes:
+    """What the hypervisor boots: the bzImage (QEMU), or the uncompressed
+    kernel with its PVH entry, taken out of the bzImage (Firecracker boots
+    an ELF file)."""
+    bz = outdir / "bzImage"
+    if not bz.is_file():
+        raise UklError(f"{outdir} has no kernel (bzImage)", f"rebuild it with `ukl build ... -o {outdir}`")
+    if hypervisor == "qemu":
+        return bz.read_bytes()
+    return bzimage.direct_kernel(bz.read_bytes(), str(bz))[0]
+
+
+def build(outdir: Path, tag: str | None = None, hypervisor: str = "qemu") -> Package:
+    """The archive's parts for the image in OUTDIR."""
+    man = image.load(outdir)  # refuses what is not a build result
+    hypervisor = check_hypervisor(hypervisor)
+    ref = normalize_reference(tag if tag is not None else default_tag(man.app))
+    kernel_data = _kernel_bytes(outdir, hypervisor)
+    initrd = outdir / "initramfs.cpio"
+    has_initrd = initrd.is_file()
+    values = urunc_values(hypervisor, list(man.args), has_initrd)
+    encoded = encode(values)
+    entries: list[tuple[str, bytes | None, int]] = [("ukl", None, 0o755),
+                                                    (KERNEL[hypervisor].lstrip("/"), kernel_data, 0o644)]
+    if has_initrd:
+        entries.append((INITRD.lstrip("/"), initrd.read_bytes(), 0o644))
+    entries.append((URUNC_JSON, _json(encoded), 0o644))
+    raw = _tar(entries)
+    layer = Blob(MEDIA_LAYER, _gzip(raw))
+    labels = {"org.opencontainers.image.title": man.app,
+              "org.opencontainers.image.description":
+                  f"{man.app} linked into Linux {man.kernel_release} (UKL configuration {man.config})",
+              "dev.ukl.config": man.config, "dev.ukl.kernel-release": man.kernel_release,
+              "dev.ukl.linux-version": man.linux_version}
+    cfg: dict[str, object] = {"Entrypoint": [INIT], "Cmd": list(man.args), "Env": list(ENV), "Labels": labels,
+                              "WorkingDir": "/"}
+    ports = _ports(man)
+    if ports:
+        cfg["ExposedPorts"] = {f"{p}/tcp": {} for p in ports}
+    config = Blob(MEDIA_CONFIG, _json({
+        "created": EPOCH, "architecture": "amd64", "os": "linux", "config": cfg,
+        "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(raw).hexdigest()]},
+        "history": [{"created": EPOCH, "created_by": f"ukl pkg --oci (hypervisor {hypervisor})"}],
+    }))
+    manifest = Blob(MEDIA_MANIFEST, _json({
+        "schemaVersion": 2, "mediaType": MEDIA_MANIFEST, "config": config.descriptor(),
+        "layers": [layer.descriptor()], "annotations": dict(sorted(encoded.items())),
+    }), annotations={REF_NAME: ref, CONTAINERD_NAME: ref})
+    index = _json({"schemaVersion": 2, "mediaType": MEDIA_INDEX, "manifests": [manifest.descriptor()]})
+    return Package(ref, layer, config, manifest, index, values)
+
+
+def archive_bytes(pkg: Package) -> bytes:
+    entries: list[tuple[str, bytes | None, int]] = [("blobs", None, 0o755), ("blobs/sha256", None, 0o755)]
+    for blob in sorted((pkg.config, pkg.layer, pkg.manifest), key=lambda b: b.digest):
+        entries.append((f"blobs/sha256/{blob.digest.split(':', 1)[1]}", blob.data, 0o644))
+    entries += [("index.json", pkg.index, 0o644),
+                ("oci-layout", _json({"imageLayoutVersion": "1.0.0"}), 0o644)]
+    return _tar(entries)
+
+
+def write(data: bytes, target: Path) -> None:
+    """DATA at TARGET: a new or regular file is replaced at once (a
+    temporary file beside it, renamed), so that a failure leaves nothing
+    half-written; a device, FIFO or socket (or a link to one) is written
+    into and stays what it is; a directory is refused."""
+    try:
+        st: os.stat_result | None = os.stat(target)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise UklError(f"--oci {target}: {e.strerror}", "name a file in an existing directory") from None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise UklError(f"--oci {target} is a directory", "name the archive file, e.g. --oci image.tar")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        try:
+            with open(target, "wb") as fh:
+                fh.write(data)
+        except OSError as e:
+            raise UklError(f"cannot write {target}: {e.strerror}", "check the --oci path") from None
+        return
+    real = target.resolve() if target.is_symlink() else target
+    if not real.parent.is_dir():
+        raise UklError(f"--oci {target}: {real.parent} is not a directory", "create it first or choose another path")
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".ukl-partial", dir=real.parent)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            os.fchmod(fh.fileno(), 0o644)
+        os.replace(tmp, real)
+    except OSError as e:
+        raise UklError(f"cannot write {target}: {e.strerror}", "check the --oci path and the free space") from None
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def package(outdir: Path, target: Path, tag: str | None = None, hypervisor: str = "qemu") -> Package:
+    pkg = build(outdir, tag, hypervisor)
+    write(archive_bytes(pkg), target)
+    return pkg
+
+
+# `ukl pkg OUTDIR --firecracker DIR`: the files Firecracker boots, and its
+# configuration (`firecracker --no-api --config-file vm-config.json` in DIR).
+FIRECRACKER_CONFIG = "vm-config.json"
+FIRECRACKER_TAP = "tap0"
+GUEST_MAC = "06:00:0a:00:02:0f"
+
+
+def _cmdline_word(arg: str) -> str:
+    """ARG as one word of init's arguments on the kernel command line."""
+    return vm.init_arg_word(arg, "change the image's arguments (ukl build ... then ukl pkg)")
+
+
+def firecracker_config(man: image.Manifest, initrd: bool) -> dict[str, object]:
+    args = " ".join(_cmdline_word(a) for a in man.args)
+    # ip=: ukl-init gives eth0 the address `ukl run` gives it; reboot=k:
+    # Firecracker ends when the guest resets through the keyboard controller
+    boot = (f"console=ttyS0 reboot=k panic=-1 pci=off ip=10.0.2.15::10.0.2.2:255.255.255.0::eth0:off "
+            f"{' '.join(ENV)} rdinit={INIT} --" + (f" {args}" if args else ""))
+    source: dict[str, object] = {"kernel_image_path": "vmlinux", "boot_args": boot}
+    if initrd:
+        source["initrd_path"] = "initramfs.cpio"
+    return {"boot-source": source,
+            "machine-config": {"vcpu_count": 1, "mem_size_mib": 256, "smt": False},
+            "drives": [],
+            "network-interfaces": [{"iface_id": "eth0", "guest_mac": GUEST_MAC,
+                                    "host_dev_name": FIRECRACKER_TAP}]}
+
+
+def firecracker_dir(outdir: Path, target: Path) -> Path:
+    """DIR with vmlinux (the uncompressed kernel: Firecracker boots an ELF),
+    the initramfs and vm-config.json; written as DIR.partial and renamed."""
+    import shutil
+    man = image.load(outdir)
+    vmlinux = _kernel_bytes(outdir, "firecracker")
+    initrd = outdir / "initramfs.cpio"
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise UklError(f"--firecracker {target} exists and is not a directory", "name a new or an earlier DIR")
+    if target.is_dir() and any(target.iterdir()) and not (target / FIRECRACKER_CONFIG).is_file():
+        raise UklError(f"--firecracker {target} is not empty and was not written by ukl pkg",
+                       "choose another DIR or empty it")
+    if not target.parent.is_dir():
+        raise UklError(f"--firecracker {target}: {target.parent} is not a directory", "create it first")
+    cfg = firecracker_config(man, initrd.is_file())
+    tmp = target.with_name(target.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir()
+        (tmp / "vmlinux").write_bytes(vmlinux)
+        if initrd.is_file():
+            shutil.copyfile(initrd, tmp / "initramfs.cpio")
+        (tmp / FIRECRACKER_CONFIG).write_bytes(_json(cfg))
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise UklError(f"cannot write {target}: {e.strerror}", "check the path and the free space") from None
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+    return target

@@ -1,0 +1,1 @@
+"""The pinned sources (sources.lock) and the patch series applied to them."""

@@ -1,0 +1,1 @@
+"""Helpers every job uses: errors, paths, subprocesses, the console, locks, report files."""
