@@ -253,6 +253,14 @@ def test_specialized_rows_are_checked_against_the_targets():
     assert goals["redis"].image_mb == 2.6 and goals["examples/hello/hello.c"].boot_to_main_ms == 10
 
 
+@pytest.mark.parametrize("value", ['"fast"', "0", "-1", "true"])
+def test_a_target_that_is_no_positive_number_is_refused(tmp_path, value):
+    f = tmp_path / "targets.toml"
+    f.write_text(f'[[target]]\napp = "redis"\nwhy = "x"\nboot_to_main_ms = {value}\n')
+    with pytest.raises(UklError, match="boot_to_main_ms .* not a number above 0"):
+        bootbench.load_targets(f)
+
+
 def test_peers_file_has_sources_and_the_issues_figures():
     peers = {p.name.split(" (")[0]: p for p in bootbench.load_peers()}
     assert peers["Lupine"].image_mb == {"hello": 1.72, "redis": 2.60, "nginx": 3.64}

@@ -5,6 +5,7 @@ kernel taken out of a bzImage (its PVH note), and QEMU's command line for
 from __future__ import annotations
 
 import gzip
+import shutil
 import struct
 import subprocess
 
@@ -28,12 +29,15 @@ def lz4_payload(data: bytes) -> bytes:
     return out + struct.pack("<I", len(data))
 
 
+@pytest.mark.skipif(shutil.which("lz4") is None, reason="needs the host's lz4 (scripts/install-host-deps installs it)")
 def test_an_lz4_payload_is_read_as_kbuild_writes_it():
     elf = elf_with_notes(note(b"Xen", 18, struct.pack("<I", 0x1000000))) + bytes(300000)
     out, entry = bzimage.direct_kernel(fake_bzimage(lz4_payload(elf)))
     assert out == elf and entry == 0x1000000
     with pytest.raises(UklError, match="does not decompress"):
         bzimage.payload(fake_bzimage(lz4_payload(elf)[:-1000]))
+    with pytest.raises(UklError, match="LZ4 payload is cut short"):
+        bzimage.payload(fake_bzimage(bzimage.LZ4_LEGACY_MAGIC + bytes(4)))
 
 
 @pytest.mark.parametrize("name", ["gzip", "lz4", "zstd", "xz", "bzip2", "lzo", "lzma"])

@@ -463,7 +463,7 @@ def _kernel_parser(sub: argparse._SubParsersAction) -> None:
     kb = _command(ks, "build", "build a kernel configuration and print its bzImage",
                   examples=("ukl kernel build --config base",))
     kb.add_argument("--config", default="linux", metavar="NAME", help="kernel configuration (default linux)")
-    kb.set_defaults(func=lambda a: print(kernel.build(a.config).bzimage))
+    kb.set_defaults(func=cmd_kernel_build)
     _command(ks, "checkpatch", "run scripts/checkpatch.pl --strict on every patch",
              examples=("ukl kernel checkpatch",)).set_defaults(func=lambda a: kernel.checkpatch())
     kp = _command(ks, "build-prefixes", "build vmlinux after every patch of the series (bisectability)",
@@ -749,9 +749,17 @@ def check_build_options(a: argparse.Namespace, kind: str) -> None:
                    f"{BUILD_KINDS[kind]} ({where})", hint)
 
 
+def cmd_kernel_build(a: argparse.Namespace) -> int:
+    kernel.need_compressor(a.config)
+    print(kernel.build(a.config).bzimage)
+    return 0
+
+
 def cmd_build(a: argparse.Namespace) -> int:
     kind, recipe = build_input(a.sources)
     check_build_options(a, kind)
+    if a.compression is not None:
+        kernel.compression_fragment(a.compression)  # before any work
     if recipe is not None:
         r = recipes.load(recipe)
         if r.build.library:

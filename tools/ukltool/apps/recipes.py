@@ -208,10 +208,13 @@ def _recipe_copy(name: str) -> Path:
     """apps/NAME's files, copied once into the cache under a name that is
     their content's hash."""
     src = APPS_DIR / name
-    files = sorted(p for p in src.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    # recipe.toml's own arguments are in the configure stamp already: an
+    # edit of the recipe (a smoke test) is not a new directory
+    files = sorted(p for p in src.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                   and p != src / "recipe.toml")
     h = hashlib.sha256()
     for f in files:
-        h.update(str(f.relative_to(src)).encode() + b"\0" + f.read_bytes() + b"\0")
+        h.update(f"{f.relative_to(src)}\0{f.stat().st_mode & 0o777:o}\0".encode() + f.read_bytes() + b"\0")
     dest = cache_dir() / "apps" / "recipes" / f"{name}-{h.hexdigest()[:12]}"
     if not dest.is_dir():
         tmp = dest.with_name(f".{dest.name}.{os.getpid()}")
@@ -221,6 +224,8 @@ def _recipe_copy(name: str) -> Path:
             tmp.rename(dest)
         except OSError:  # another process made it first
             shutil.rmtree(tmp, ignore_errors=True)
+            if not dest.is_dir():
+                raise UklError(f"cannot copy apps/{name} to {dest}", f"remove {dest} and build again") from None
     return dest
 
 

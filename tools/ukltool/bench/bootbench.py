@@ -652,9 +652,15 @@ class Goal:
 
 def load_targets(path: Path = TARGETS_FILE) -> list[Goal]:
     try:
-        return [Goal(**t) for t in tomllib.loads(path.read_text())["target"]]
+        goals = [Goal(**t) for t in tomllib.loads(path.read_text())["target"]]
     except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as e:
         raise UklError(f"cannot read the targets in {path}: {e}", "fix the file") from None
+    for g in goals:
+        for key in ("image_mb", "boot_to_main_ms", "first_reply_ms", "min_memory_mib"):
+            v = getattr(g, key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or v <= 0):
+                raise UklError(f"{path}: {g.app}'s {key} is {v!r}, not a number above 0", "fix the file")
+    return goals
 
 
 def target_rows(report: Report, goals: list[Goal]) -> list[str]:

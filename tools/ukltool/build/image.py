@@ -244,8 +244,7 @@ def build(spec: BuildSpec) -> Manifest:
         raise UklError("--freestanding and --cflags apply to C files, not to a directory",
                        "name the C files, or pass CFLAGS to the project's own build")
     kernel.fragments(spec.config)  # validates the name before any work
-    if spec.compression is not None:
-        kernel.compression_fragment(spec.compression)
+    kernel.need_compressor(spec.config, spec.compression)
     for src, _dest in spec.files:
         if not src.is_file():
             raise UklError(f"--file {src}: not a file", "name an existing file")

@@ -23,6 +23,7 @@ import os
 import re
 import shlex
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,13 +31,17 @@ from ukltool.glibc import libc
 from ukltool.util import lock, ui
 from ukltool.util.errors import UklError
 from ukltool.util.paths import REPO, cache_dir
-from ukltool.util.proc import need_tool, stream
+from ukltool.util.proc import host_cc, host_cxx, need_tool, run, stream
 
 UKL_CC = REPO / "ukl-cc"
 UKL_CXX = REPO / "ukl-c++"
-# What decides the code ukl-cc and ukl-c++ produce (with the C library's build).
-COMPILER_FILES = [UKL_CC, UKL_CXX, *(REPO / "tools" / "ukltool" / f"{m}.py"
-                                    for m in ("build/cc", "build/gccargs", "build/flags", "build/app", "glibc/libc"))]
+# What decides the code ukl-cc and ukl-c++ produce (with the C library's
+# build and the host's compiler): the drivers, the flags and macros they
+# pass, the headers they add, the linker scripts of the application's link.
+COMPILER_FILES = [UKL_CC, UKL_CXX, *(REPO / "tools" / "ukltool" / f"{m}.py" for m in (
+    "build/cc", "build/gccargs", "build/flags", "build/app", "build/redzone", "glibc/libc")),
+    REPO / "libc" / "syscall-as-call.s", REPO / "kernel" / "ukl-app.lds", REPO / "kernel" / "ukl-eh-frame.lds"]
+COMPILER_DIRS = [REPO / "runtime"]
 SYSTEMS = ("auto", "autoconf", "configure", "cmake", "make")
 PROGRAM_NAME = re.compile(r"[A-Za-z0-9_.+-]+")
 
@@ -79,23 +84,29 @@ def build_dir_for(src: Path, target: str) -> Path:
 
 def drivers() -> tuple[Path, Path]:
     """ukl-cc and ukl-c++ at paths in the cache that do not depend on the
-    checkout: each runs the driver of the checkout named by UKL_DRIVER_DIR
-    (set by build()), else of the checkout that wrote it last (a make run
-    by hand in the build directory)."""
+    checkout: each runs the driver of the checkout named by UKL_DRIVER_DIR,
+    which build() sets (a make run by hand in the build directory must set
+    it too: the wrapper does not guess)."""
     d = cache_dir() / "projects" / "drivers"
     d.mkdir(parents=True, exist_ok=True)
     paths = []
     for real in (UKL_CC, UKL_CXX):
         text = ("#!/bin/sh\n"
-                f"# Written by ukl (tools/ukltool/build/project.py): the checkout's {real.name}, at a path\n"
-                "# that build systems may record. UKL_DRIVER_DIR names the checkout.\n"
-                f'exec "${{UKL_DRIVER_DIR:-{shlex.quote(str(REPO))}}}/{real.name}" "$@"\n')
+                f"# Written by ukl (tools/ukltool/build/project.py): {real.name} at a path that build\n"
+                "# systems may record; it runs the driver of the checkout UKL_DRIVER_DIR names.\n"
+                'd=${UKL_DRIVER_DIR:?"is not set: run the build with ukl build, or set it to a ukl checkout"}\n'
+                f'if [ ! -x "$d/{real.name}" ]; then\n'
+                f'\techo "{real.name}: no {real.name} in UKL_DRIVER_DIR=$d (a ukl checkout)" >&2\n'
+                "\texit 127\n"
+                "fi\n"
+                f'exec "$d/{real.name}" "$@"\n')
         path = d / real.name
         if not path.is_file() or path.read_text() != text:
-            tmp = path.with_name(f".{real.name}.{os.getpid()}")
-            tmp.write_text(text)
-            tmp.chmod(0o755)
-            tmp.replace(path)
+            fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", dir=d)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(text)
+                os.fchmod(fh.fileno(), 0o755)
+            os.replace(tmp, path)
         paths.append(path)
     return paths[0], paths[1]
 
@@ -104,8 +115,11 @@ def compiler_key(target: str) -> str:
     """A key for what the compiler drivers produce for TARGET: their code,
     and for ring 0 the C library they link."""
     h = hashlib.sha256()
-    for f in COMPILER_FILES:
-        h.update(f.read_bytes() + b"\0")
+    files = [*COMPILER_FILES, *sorted(p for d in COMPILER_DIRS for p in d.rglob("*") if p.is_file())]
+    for f in files:
+        h.update(str(f.relative_to(REPO)).encode() + b"\0" + f.read_bytes() + b"\0")
+    for compiler in (host_cc(), host_cxx()):
+        h.update(run([compiler, "-dumpfullversion", "-dumpmachine"], what=f"{compiler} -dumpfullversion").encode())
     if target != "linux":
         lc = libc.build()
         h.update((lc.objdir / ".ukl-built-key").read_bytes())
@@ -171,11 +185,22 @@ def build(src: Path, target: str, opts: Options) -> Result:
         configure, make = _commands(system, opts, jobs, str(cc), str(cxx))
         stamp = bdir / "configured"
         # the configure steps, arguments included, and what the compiler makes
-        want = json.dumps({"configure": configure, "compiler": compiler_key(target)})
+        # (make's arguments too, but for -jN: make does not remake what other flags would change)
+        want = json.dumps({"configure": configure, "make": [a for a in make if not a.startswith("-j")],
+                           "compiler": compiler_key(target)})
         fresh = not (stamp.is_file() and stamp.read_text() == want)
         if fresh:
             stamp.unlink(missing_ok=True)
-            shutil.rmtree(tree, ignore_errors=True)  # nothing made by another compiler or configuration
+            # nothing made by another compiler or configuration stays: the
+            # tree is moved aside whole before it is removed
+            if tree.exists():
+                old = bdir / f".old-src-{os.getpid()}"
+                tree.rename(old)
+                try:
+                    shutil.rmtree(old)
+                except OSError as e:
+                    raise UklError(f"cannot remove the old build tree {old}: {e}",
+                                   "remove it by hand and build again") from None
             programs.unlink(missing_ok=True)
         _mirror(src, tree)
         work = tree / opts.subdir

@@ -76,9 +76,14 @@ def _decompress(data: bytes, source: str) -> bytes:
         if not unzip.eof:
             raise UklError(f"{source}'s payload does not decompress: it is cut short", "rebuild the image")
         return elf
-    if data[:4] == LZ4_LEGACY_MAGIC and len(data) >= 8:
+    if data[:4] == LZ4_LEGACY_MAGIC:
+        if len(data) < 12:
+            raise UklError(f"{source}'s LZ4 payload is cut short ({len(data)} bytes)", "rebuild the image")
         size = struct.unpack("<I", data[-4:])[0]
-        res = subprocess.run([need_tool("lz4", "lz4"), "-dc"], input=data[:-4], capture_output=True, check=False)
+        try:
+            res = subprocess.run([need_tool("lz4", "lz4"), "-dc"], input=data[:-4], capture_output=True, check=False)
+        except OSError as e:
+            raise UklError(f"cannot run lz4 on {source}'s payload: {e}", "check the host's lz4") from None
         if res.returncode != 0 or len(res.stdout) != size:
             why = res.stderr.decode(errors="replace").strip() or f"{len(res.stdout)} bytes, not {size}"
             raise UklError(f"{source}'s payload does not decompress: {why}", "rebuild the image")

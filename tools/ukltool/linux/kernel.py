@@ -28,7 +28,7 @@ from ukltool.source import sources
 from ukltool.util import lock, ui
 from ukltool.util.errors import UklError
 from ukltool.util.paths import CONFIG_DIR, PATCH_DIR, cache_dir
-from ukltool.util.proc import capture, run, stream
+from ukltool.util.proc import capture, need_tool, run, stream
 
 BASE_FRAGMENT = "vm-base.config"
 TREE_LOCK = "kernel-tree"
@@ -85,6 +85,21 @@ def compression_fragment(name: str) -> Path:
     if not re.fullmatch(r"[a-z0-9]+", name) or not path.is_file():
         raise UklError(f"unknown kernel compression '{name}'", f"choose one of: {', '.join(compressions())}")
     return path
+
+
+# The host program Kbuild runs for each kernel compression, and its package
+COMPRESSORS = {"CONFIG_KERNEL_LZ4": ("lz4", "lz4"), "CONFIG_KERNEL_GZIP": ("gzip", "gzip"),
+               "CONFIG_KERNEL_ZSTD": ("zstd", "zstd"), "CONFIG_KERNEL_XZ": ("xz", "xz-utils")}
+
+
+def need_compressor(name: str, compression: str | None = None) -> None:
+    """Before a build of NAME's kernel (compressed with COMPRESSION, None:
+    the configuration's): the compressor it needs is installed (a missing
+    one would fail the build at its very end)."""
+    wanted = _wanted(fragments(name) + ([compression_fragment(compression)] if compression else []))
+    for sym, (tool, package) in COMPRESSORS.items():
+        if wanted.get(sym) == "y":
+            need_tool(tool, package)
 
 
 def _wanted(frags: list[Path]) -> dict[str, str]:

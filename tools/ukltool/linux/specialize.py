@@ -43,7 +43,7 @@ from ukltool.apps import recipes
 from ukltool.build import image, initramfs
 from ukltool.linux import kernel, profiles
 from ukltool.run import vm
-from ukltool.util import ui
+from ukltool.util import lock, ui
 from ukltool.util.errors import UklError
 from ukltool.util.paths import KERNEL_DIR, cache_dir
 
@@ -634,7 +634,10 @@ def build(spec: image.BuildSpec, recipe: recipes.Recipe | None, make_spec) -> Re
     smoke, expect, timeout, traced = smoke_for(recipe, spec.args)
     rec_spec: image.BuildSpec = make_spec("linux", work / "image", strace_files())
     rec_spec.userspace = True
-    rec = record(rec_spec, smoke, expect, timeout, traced, work)
+    rec_spec.compression = None   # the recording is the same whatever the result's compression
+    # two specializations of one application at once take turns on its recording image
+    with lock.held(f"specialize-record-{work.name}", f"the recording of {work.name}"):
+        rec = record(rec_spec, smoke, expect, timeout, traced, work)
     usage = parse_trace(rec.trace, "sh" if smoke else spec.name or "app")
     if usage.lines == 0:
         raise UklError("the recorded trace holds no system calls", f"see {work / 'record-console.log'}")
