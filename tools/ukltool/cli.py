@@ -782,7 +782,7 @@ def cmd_build(a: argparse.Namespace) -> int:
         def make_spec(config: str, out: Path, extra: list[tuple[Path, str]]) -> image.BuildSpec:
             opts = project.Options(system=a.build_system, configure_args=list(a.configure_args),
                                    make_args=list(a.make_args))
-            return image.BuildSpec(a.sources, config, out, a.name, a.freestanding, a.userspace or a.perf, a.cflags,
+            return image.BuildSpec(a.sources, config, out, a.name, a.freestanding, a.userspace, a.cflags,
                                    [*a.file, *extra], a.overlay, opts, perf=a.perf, compression=a.compression)
     if a.specialize:
         res = specialize.build(make_spec(a.config, a.output, []), r, make_spec)
