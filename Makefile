@@ -87,5 +87,5 @@ results-boot-compression: setup
 # listed in tests/ltp/divergences.toml, or the command fails.
 .PHONY: results-conformance
 results-conformance: setup
-	./ukl conformance ltp --tests syscalls --configs linux,base,base+ret+byp+shortcut \
+	./ukl conformance ltp --tests syscalls --configs linux,base,base-debug,base+ret+byp+shortcut \
 		--json docs/conformance-ltp.json --markdown docs/conformance-ltp.md

@@ -110,6 +110,19 @@ int main(int argc, char **argv)
 		printf("clone(CLONE_PARENT): %s\n", r < 0 ? strerror(errno) : "created");
 		return 0;
 	}
+	if (!strcmp(c, "ls")) {
+		/* a directory's entries, but . and .. */
+		DIR *d = opendir(argc > 2 ? argv[2] : "/");
+		struct dirent *de;
+
+		if (!d)
+			return perror("opendir"), 30;
+		while ((de = readdir(d)))
+			if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+				printf("entry: %s\n", de->d_name);
+		closedir(d);
+		return 0;
+	}
 	if (!strcmp(c, "sleep")) {
 		sleep(argc > 2 ? atoi(argv[2]) : 1000);
 		return 0;

@@ -173,3 +173,16 @@ def test_microvm_under_tcg_is_told_the_tsc_frequency(tmp_path):
                      (spec(tmp_path, machine="microvm"), "kvm")):
         assert not any(w.startswith("tsc_early_khz=") for w in append_of(
             vm.qemu_command("qemu", s, accel, tmp_path / "i", tmp_path / "s")))
+
+
+def test_no_initramfs_loads_the_kernel_alone_and_asks_it_for_the_file(tmp_path):
+    cmd = vm.qemu_command("qemu", spec(tmp_path, pid1="/ukl/hello", pid1_args=["a"], initramfs=False), "tcg",
+                          None, tmp_path / "s")
+    assert "-initrd" not in cmd
+    line = cmd[cmd.index("-append") + 1]
+    assert line.endswith(" ukl.init=/ukl/hello rdinit=/ukl/hello -- a"), line
+    # with the initramfs, the file is there: the kernel is not asked
+    cmd = vm.qemu_command("qemu", spec(tmp_path, pid1="/ukl/hello"), "tcg", tmp_path / "i", tmp_path / "s")
+    assert "-initrd" in cmd and "ukl.init=" not in cmd[cmd.index("-append") + 1]
+    with pytest.raises(UklError, match="no init program"):
+        vm.qemu_command("qemu", spec(tmp_path, initramfs=False), "tcg", None, tmp_path / "s")

@@ -61,11 +61,11 @@ def test_boot_benchmark_of_hello(tmp_path):
 
 def test_boot_methods_each_measured(tmp_path):
     """The savings and direct boot (docs/results-boot.md's boot methods) on
-    one image: each boot reaches main() exactly; the savings only remove
+    one image: each boot reaches main() exactly, also with no initramfs; the savings only remove
     instructions; booted direct, nothing is decompressed, and the image's
     kernel bytes are the uncompressed kernel's."""
     out = tmp_path / "boots.json"
-    methods = ["pc-plain", "pc", "pc-direct", "microvm-direct", "microvm-direct-pid1"]
+    methods = ["pc-plain", "pc", "pc-direct", "microvm-direct", "microvm-direct-pid1", "microvm-direct-bare"]
     res = ukl("bench", "boot", "--apps", "examples/hello/hello.c", "--configs", "base", "--icount",
               "--boots", ",".join(methods), "--no-memory", "--json", out)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -83,7 +83,11 @@ def test_boot_methods_each_measured(tmp_path):
     # without init, main() comes sooner
     pid1, direct = rows["microvm-direct-pid1"], rows["microvm-direct"]
     assert pid1["boot_to_main_instructions"] < direct["boot_to_main_instructions"], (pid1, direct)
-    for name in ("pc-direct", "microvm-direct", "microvm-direct-pid1"):
+    # with no initramfs, the VMM loads the kernel alone, and nothing is unpacked
+    bare = rows["microvm-direct-bare"]
+    assert bare["initramfs_bytes"] == 0 and bare["image_bytes"] == bare["kernel_bytes"] == pid1["kernel_bytes"]
+    assert bare["boot_to_main_instructions"] < pid1["boot_to_main_instructions"], (bare, pid1)
+    for name in ("pc-direct", "microvm-direct", "microvm-direct-pid1", "microvm-direct-bare"):
         r = rows[name]
         assert r["phases"]["setup..decompressor"] == 0 and r["phases"]["decompressor..kernel"] < 100_000, r
         assert r["kernel_bytes"] > 2 * plain["kernel_bytes"]

@@ -2,9 +2,12 @@
 with no init program (issue 36, item 4). Its output, arguments, exit
 status and fatal signals are as when init starts it; abort() ends it
 (init's SIGNAL_UNKILLABLE would discard SIGABRT); and the kernel, not init,
-reports the status."""
+reports the status. With --no-initramfs the VMM loads the kernel alone and
+the kernel makes the application's file (ukl.init=)."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -48,5 +51,39 @@ def test_what_needs_init_is_refused(basics, outdir):
                           ([basics, "--pid1", "--forward", "18081:80"], "no network"),
                           ([basics, "--pid1", "--", "x" * 10] + ["y"] * 40, "at most 31 arguments"),
                           ([basics, "--pid1", "--", 'say "hi"'], "double quote")):
+        res = ukl("run", *map(str, args))
+        assert res.returncode == 2 and message in res.stdout and "Traceback" not in res.stdout, res.stdout
+
+
+def entries(stdout: str) -> set[str]:
+    return set(re.findall(r"^entry: (.*)$", stdout, re.M))
+
+
+def test_no_initramfs_the_kernel_alone(basics):
+    res = ukl("run", basics, "--pid1", "--no-initramfs", "--machine", "microvm", "--direct", "--", "ls", "/")
+    assert res.returncode == 0, res.stdout
+    # the kernel's built-in initramfs (/dev/console, /root) and the file it made
+    assert entries(res.stdout) == {"dev", "root", "ukl"}, res.stdout
+    cmd = (basics / "console.cmd").read_text()
+    assert "-initrd" not in cmd and "ukl.init=/ukl/basics rdinit=/ukl/basics --" in cmd, cmd
+    res = ukl("run", basics, "--pid1", "--no-initramfs", "--", "ls", "/ukl")
+    assert res.returncode == 0 and entries(res.stdout) == {"basics"}, res.stdout
+    for args, status in ((["exit", "3"], 3), (["abort"], 134)):
+        res = ukl("run", basics, "--pid1", "--no-initramfs", "--", *args)
+        assert res.returncode == status, res.stdout
+    assert_clean(basics / "console.log")
+    # with the initramfs, its files (and no second copy made by the kernel)
+    res = ukl("run", basics, "--pid1", "--", "ls", "/")
+    assert res.returncode == 0 and {"etc", "init", "tmp", "ukl"} <= entries(res.stdout), res.stdout
+    assert "ukl.init=" not in (basics / "console.cmd").read_text()
+
+
+def test_no_initramfs_is_refused_where_files_or_init_are_needed(basics, outdir, tmp_path):
+    conf = tmp_path / "app.conf"
+    conf.write_text("x\n")
+    with_file = build(REPO / "examples" / "hello" / "hello.c", "base", outdir / "hello-pid1-file",
+                      "--file", f"{conf}:/etc/app.conf")
+    for args, message in (([with_file, "--pid1", "--no-initramfs"], "carries files"),
+                          ([basics, "--no-initramfs"], "needs --pid1")):
         res = ukl("run", *map(str, args))
         assert res.returncode == 2 and message in res.stdout and "Traceback" not in res.stdout, res.stdout

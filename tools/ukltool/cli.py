@@ -375,7 +375,8 @@ def _run_parser(sub: argparse._SubParsersAction) -> None:
                  ("ukl run out/hello -- x y",
                   "ukl run out/redis --forward 6379:6379 --timeout 3600",
                   "ukl run out/us --sh 'ps; $UKL_APP x y'",
-                  "ukl run out/hello --machine microvm --direct --pid1 -- x y"), listed=False)
+                  "ukl run out/hello --machine microvm --direct --pid1 -- x y",
+                  "ukl run out/hello --machine microvm --direct --pid1 --no-initramfs"), listed=False)
     r.add_argument("outdir", type=Path, metavar="OUTDIR")
     _timeout_option(r, 120.0)
     _icount_option(r)
@@ -398,6 +399,10 @@ def _run_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--pid1", action="store_true",
                    help="the kernel starts the application itself, as PID 1: no init program, nothing mounted, "
                    "no network set up (UKL configurations; not --userspace images)")
+    r.add_argument("--no-initramfs", action="store_true",
+                   help="with --pid1: load no initramfs; the kernel makes the application's file itself "
+                   "(ukl.init=) and the application sees an empty root (no /etc, no /tmp; not for images "
+                   "built with --file or --overlay)")
     r.add_argument("--log", type=Path, help="console log file (default OUTDIR/console.log)")
     r.add_argument("-v", "--verbose", action="store_true", help="show the kernel's boot messages")
     g = r.add_argument_group("network")
@@ -820,6 +825,9 @@ def check_pid1_run(a: argparse.Namespace, man: image.Manifest, sh: str | None,
                "run it without --pid1 (and without --forward/--tap if it needs no network)")
     elif a.remote is not None:
         why = ("remote system calls are not supported with the application as PID 1", "run it without --pid1")
+    elif a.no_initramfs and man.user_files:
+        why = ("it carries files (--file or --overlay) that only its initramfs holds",
+               "run it without --no-initramfs, or rebuild it without the files")
     if why:
         raise UklError(f"--pid1: {a.outdir}: {why[0]}", why[1])
 
@@ -855,6 +863,9 @@ def cmd_run(a: argparse.Namespace) -> int:
     forwards = [] if a.tap else a.forward or [(f[0], f[1]) for f in man.forwards]
     vm.check_machine(vm.RunSpec(bzimage=a.outdir / "bzImage", initrds=[], log=log, machine=a.machine,
                                 remote=a.remote))
+    if a.no_initramfs and not a.pid1:
+        raise UklError("--no-initramfs needs --pid1: without an initramfs there is no init program",
+                       "add --pid1 (UKL configurations)")
     if a.pid1:
         check_pid1_run(a, man, sh, forwards)
     append = list(a.append)
@@ -873,7 +884,8 @@ def cmd_run(a: argparse.Namespace) -> int:
                                  remote=a.remote.resolve() if a.remote else None,
                                  remote_idle_us=a.remote_idle_us, remote_notify=a.remote_notify,
                                  side_dir=a.outdir, machine=a.machine, direct=a.direct,
-                                 pid1=f"/ukl/{man.app}" if a.pid1 else None, pid1_args=list(app_args)))
+                                 pid1=f"/ukl/{man.app}" if a.pid1 else None, pid1_args=list(app_args),
+                                 initramfs=not a.no_initramfs))
     if res.failures:
         ui.err.print(f"[bold red]ukl: the kernel failed[/] (log: {log}):")
         for line in res.failures[:40]:

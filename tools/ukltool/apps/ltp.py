@@ -516,8 +516,11 @@ def run_batch(img: Image, tests: list[str], timeout: float, logdir: Path, tag: s
         limit = BOOT_ALLOWANCE + timeout * len(left)
         with tempfile.TemporaryDirectory(prefix="ukl-ltp-args-") as td:
             args = initramfs.args_archive(["--timeout", f"{timeout:g}", *left], Path(td))
+            # LTP's own timeouts, stretched for a slow (debug) kernel as LTP documents
+            slow = kernel.slowdown(img.config)
             res = vm.boot(vm.RunSpec(bzimage=img.path / "bzImage", initrds=[img.path / "initramfs.cpio", args],
-                                     log=log, timeout=limit, smp=2, show=False, side_dir=logdir))
+                                     log=log, timeout=limit, smp=2, show=False, side_dir=logdir,
+                                     append=[f"LTP_TIMEOUT_MUL={slow}"] if slow > 1 else []))
         con = parse_console(log.read_text(errors="replace"), img.config)
         outcomes += [con.done[t] for t in left if t in con.done]
         if con.unfinished is not None:

@@ -69,6 +69,7 @@ class Boot:
     savings: tuple[str, ...] | None
     what: str
     pid1: bool = False      # the kernel starts the application as PID 1 (no init program)
+    initramfs: bool = True  # False: the VMM loads none (PID 1 only; the kernel makes the application's file)
 
 
 # Each saving of docs/results-boot.md on its own, then together
@@ -85,6 +86,9 @@ BOOTS = {
     "microvm-direct-pid1": Boot("microvm", True, None, "microvm-direct, and the kernel starts the application "
                                 "as PID 1: no init program (UKL configurations, applications without network)",
                                 pid1=True),
+    "microvm-direct-bare": Boot("microvm", True, None, "microvm-direct-pid1 with no initramfs: the VMM loads "
+                                "the kernel alone and the kernel makes the application's file (ukl.init=); "
+                                "applications built without --file or --overlay", pid1=True, initramfs=False),
 }
 DEFAULT_BOOTS = "pc"
 
@@ -481,7 +485,7 @@ def boot_once(outdir: Path, man: image.Manifest, icount: bool, memory: int, time
                                   show=False, accel="tcg", plugins=plugins, machine=how.machine,
                                   direct=how.direct, savings=how.savings,
                                   pid1=f"/ukl/{man.app}" if how.pid1 else None,
-                                  pid1_args=list(man.args if sh is None else [])))
+                                  pid1_args=list(man.args if sh is None else []), initramfs=how.initramfs))
 
 
 def smoke_passes(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: int, how: Boot) -> bool:
@@ -536,6 +540,11 @@ def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, 
         if how.direct:
             # What the VMM loads: the uncompressed kernel, and the initramfs
             sizes.kernel_bytes = len(bzimage.direct_kernel((out / "bzImage").read_bytes(), str(out / "bzImage"))[0])
+        if not how.initramfs:
+            if man.user_files or man.userspace:
+                raise UklError(f"{boot}: {t.label} carries files only an initramfs holds",
+                               "measure it with another boot method")
+            sizes.initramfs_bytes = 0
         runs = []
         for i in range(repeat):
             with ui.step(f"booting {t.label} under '{config}', {boot} (run {i + 1} of {repeat})"):
@@ -587,6 +596,9 @@ def run(apps: list[str], configs: list[str], icount: bool, repeat: int, mem_rang
                                          or smoke_script(t)[0] is not None):
                     ui.info(f"{boot} skipped for {t.label} under '{config}': PID 1 needs a UKL configuration "
                             "and an application without network or a smoke-test script")
+                    continue
+                if not BOOTS[boot].initramfs and t.recipe is not None and t.recipe.files:
+                    ui.info(f"{boot} skipped for {t.label}: its recipe puts files in the image")
                     continue
                 if BOOTS[boot].direct and comp not in (None, "lz4", "gzip"):
                     ui.info(f"{boot} skipped for the {comp} kernel: direct boot reads LZ4 or gzip kernels")

@@ -35,6 +35,7 @@ class Manifest:
     args: list[str] = field(default_factory=list)             # default arguments of `ukl run`
     forwards: list[list[int]] = field(default_factory=list)   # default --forward HOST:GUEST pairs
     recipe: str | None = None                                 # apps/NAME it was built from
+    user_files: bool = True   # carries --file or --overlay files (unknown before it was recorded: assume so)
 
     def vmlinux_path(self) -> Path:
         return cache_dir() / self.vmlinux
@@ -229,7 +230,8 @@ def assemble(out: Path, kimg: kernel.KernelImage, config: str, name: str, starte
         initramfs.write(spec, out / "initramfs.cpio")
     shutil.copy(kimg.bzimage, out / "bzImage")
     man = Manifest(config=config, app=name, kernel_release=kimg.release, kernel_key=kimg.key,
-                   linux_version=src.version, vmlinux=_relative_to_cache(kimg.vmlinux), userspace=userspace or perf)
+                   linux_version=src.version, vmlinux=_relative_to_cache(kimg.vmlinux), userspace=userspace or perf,
+                   user_files=bool(files or overlays))
     (out / MANIFEST).write_text(json.dumps(asdict(man), indent=2) + "\n")
     return man
 

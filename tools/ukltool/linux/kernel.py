@@ -168,6 +168,14 @@ def measurement_only(name: str) -> bool:
     return "measurement" in _headers(_fragments(profiles.parse(name).config)[-1], "ukl-tests", "measurement")
 
 
+def slowdown(name: str) -> int:
+    """How many times slower than its base configuration NAME runs, by its
+    own fragment's `# ukl-slowdown: N` (default 1): test suites that time
+    themselves are given this factor (LTP's LTP_TIMEOUT_MUL)."""
+    found = _headers(_fragments(profiles.parse(name).config)[-1], "ukl-slowdown", r"[1-9][0-9]?")
+    return int(found[-1]) if found else 1
+
+
 def image_tcg_cpu(image_dir: Path) -> str:
     """tcg_cpu() of the configuration an image was built for."""
     config = profiles.image_config(image_dir)

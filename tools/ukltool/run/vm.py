@@ -38,7 +38,7 @@ INIT_MARKER = protocol.INIT_MARKER
 @dataclass
 class RunSpec:
     bzimage: Path
-    initrds: list[Path]
+    initrds: list[Path]  # concatenated into the initramfs
     log: Path
     timeout: float = 120.0
     icount: bool = False
@@ -61,6 +61,7 @@ class RunSpec:
     savings: tuple[str, ...] | None = None  # kernel arguments of BOOT_SAVINGS to pass (None: those that apply)
     pid1: str | None = None  # the application's path: the kernel starts it as PID 1, no init program
     pid1_args: list[str] = field(default_factory=list)  # its arguments (after "--" on the command line)
+    initramfs: bool = True  # False: load none (PID1 only: the kernel makes the application's file, ukl.init=)
 
 
 @dataclass
@@ -206,6 +207,9 @@ def pid1_word(arg: str) -> str:
 
 
 def check_pid1(spec: RunSpec) -> None:
+    if not spec.initramfs and not spec.pid1:
+        raise UklError("a boot without an initramfs has no init program to start the application",
+                       "run the application as PID 1 (--pid1), or boot with the image's initramfs")
     if not spec.pid1:
         return
     if len(spec.pid1_args) + 1 > protocol.MAX_INIT_ARGS:
@@ -252,7 +256,7 @@ ICOUNT_SEED = "1"
 ICOUNT_DATE = "2026-01-01T00:00:00"
 
 
-def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path, status_file: Path,
+def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path | None, status_file: Path,
                  shadow: remote.Shadow | None = None, kernel_file: Path | None = None) -> list[str]:
     """QEMU's command line; KERNEL_FILE: what -kernel loads (default the bzImage)."""
     check_machine(spec)
@@ -270,15 +274,18 @@ def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path, status_file
         # The kernel runs the application as init; the words after "--" are
         # its arguments. rdinit= stays the last word before "--": it drops
         # the unknown words before it (nokaslr) from init's arguments.
-        append += [f"rdinit={spec.pid1}", "--", *(pid1_word(a) for a in spec.pid1_args)]
+        # With no initramfs the kernel makes the application's file itself
+        # (patch "x86/ukl: start the application as init without an initramfs").
+        append += [*([] if spec.initramfs else [f"ukl.init={spec.pid1}"]),
+                   f"rdinit={spec.pid1}", "--", *(pid1_word(a) for a in spec.pid1_args)]
         if len(" ".join(append).encode()) >= COMMAND_LINE_SIZE:
             raise UklError(f"--pid1: the kernel command line would be longer than {COMMAND_LINE_SIZE - 1} bytes "
                            "with the application's arguments", "run without --pid1 (init passes them in a file)")
     machine = spec.machine + (shadow.machine_suffix if shadow else "")
     cmd = [qemu, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
            "-M", machine, "-m", spec.memory, "-smp", str(spec.smp),
-           "-kernel", str(kernel_file or spec.bzimage), "-initrd", str(initrd), "-append", " ".join(append),
-           "-serial", "stdio"]
+           "-kernel", str(kernel_file or spec.bzimage), *(["-initrd", str(initrd)] if initrd else []),
+           "-append", " ".join(append), "-serial", "stdio"]
     if spec.machine == "microvm":
         # microvm makes one ISA serial port (ttyS0): the status channel,
         # ttyS1, is added at the second port's address
@@ -429,10 +436,12 @@ def boot(spec: RunSpec) -> RunResult:
     # --log /dev/null (that would write into /dev)
     side = spec.side_dir or spec.log.parent
     with tempfile.TemporaryDirectory(prefix="ukl-run-") as td:
-        initrd = Path(td) / "initrd.cpio"
-        with open(initrd, "wb") as out:
-            for part in spec.initrds:
-                out.write(part.read_bytes())
+        initrd: Path | None = None
+        if spec.initramfs:
+            initrd = Path(td) / "initrd.cpio"
+            with open(initrd, "wb") as out:
+                for part in spec.initrds:
+                    out.write(part.read_bytes())
         status_file = Path(td) / "status"
         kernel_file = None
         if spec.direct:
