@@ -71,7 +71,7 @@ results-boot: setup
 .PHONY: results-boot-methods
 results-boot-methods: setup
 	./ukl bench boot --apps examples/hello/hello.c,redis --configs linux,base --icount --no-memory \
-		--boots pc-plain,pc-no_timer_check,pc-noapictimer,pc-trust_cpu,pc,pc-direct,microvm-direct,microvm-direct-pid1 \
+		--boots pc-plain,pc-no_timer_check,pc-noapictimer,pc-trust_cpu,pc,pc-direct,microvm-direct,microvm-direct-pid1,microvm-direct-bare \
 		--markdown docs/results-boot-methods.md --json docs/results-boot-methods.json
 
 # Each kernel compression (kernel/configs/compression): the image's size
@@ -81,6 +81,17 @@ results-boot-compression: setup
 	./ukl bench boot --apps examples/hello/hello.c,redis --configs base --icount --no-memory \
 		--compressions lz4,gzip,zstd,xz --boots pc \
 		--markdown docs/results-boot-compression.md --json docs/results-boot-compression.json
+
+# The kernel compiled with -Os against the configurations' -O2, general
+# and specialized (docs/results-boot-optimize.md).
+.PHONY: results-boot-optimize
+results-boot-optimize: setup
+	./ukl bench boot --apps examples/hello/hello.c,redis --configs base --specialize --icount --no-memory \
+		--json out/results-boot-O2.json
+	./ukl bench boot --apps examples/hello/hello.c,redis --configs base --specialize --icount --no-memory \
+		--optimize size --json out/results-boot-Os.json
+	./ukl bench boot --from-json out/results-boot-O2.json --from-json out/results-boot-Os.json \
+		--markdown docs/results-boot-optimize.md --json docs/results-boot-optimize.json
 
 # LTP's system-call tests as UKL applications (docs/conformance-ltp.md):
 # every test that passes under linux passes under each UKL profile or is

@@ -78,3 +78,13 @@ def test_kernel_compressions_are_named_and_checked():
         wanted = kernel.parse_fragment(kernel.compression_fragment(c).read_text())
         assert [s for s, v in wanted.items() if v == "y"] == [f"CONFIG_KERNEL_{c.upper()}"]
         assert set(wanted) == {f"CONFIG_KERNEL_{x.upper()}" for x in kernel.compressions()}
+
+
+def test_kernel_optimizations_are_named_and_checked():
+    assert kernel.optimizations() == ["size"]
+    wanted = kernel.parse_fragment(kernel.optimize_fragment("size").read_text())
+    assert wanted == {"CONFIG_CC_OPTIMIZE_FOR_PERFORMANCE": "n", "CONFIG_CC_OPTIMIZE_FOR_SIZE": "y"}
+    for bad in ("Os", "../size", "performance", ""):
+        with pytest.raises(UklError, match="unknown kernel optimization") as e:
+            kernel.optimize_fragment(bad)
+        assert "size" in (e.value.hint or "")

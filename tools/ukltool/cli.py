@@ -336,6 +336,9 @@ def _build_parser(sub: argparse._SubParsersAction) -> None:
                    help="compress the kernel with NAME instead of the configuration's LZ4 (one of: "
                    f"{_safe(kernel.compressions)}; xz: the smallest image, the slowest decompression; "
                    "docs/results-boot-compression.md)")
+    b.add_argument("--optimize", metavar="NAME",
+                   help="compile the kernel for NAME instead of the configurations' -O2 (one of: "
+                   f"{_safe(kernel.optimizations)}: -Os; its own build directory; docs/results-boot-optimize.md)")
     b.add_argument("--file", action="append", type=_file_spec, default=[], metavar="SRC:DEST",
                    help="add the host file SRC to the image as DEST (an absolute path; parents are created; "
                    "replaces what the image has there, e.g. /etc/passwd)")
@@ -669,6 +672,9 @@ def _bench_boot_parser(bs: argparse._SubParsersAction) -> None:
     bb.add_argument("--compressions", metavar="LIST",
                     help="comma-separated kernel compressions, each measured (default: the configuration's, LZ4; "
                     f"one of: {_safe(kernel.compressions)})")
+    bb.add_argument("--optimize", metavar="NAME",
+                    help="compile every kernel for NAME instead of the configurations' -O2 (one of: "
+                    f"{_safe(kernel.optimizations)})")
     bb.add_argument("--no-memory", action="store_true", help="do not bisect the least memory")
     _timeout_option(bb, 600.0)
     _report_options(bb, plot=True)
@@ -765,6 +771,8 @@ def cmd_build(a: argparse.Namespace) -> int:
     check_build_options(a, kind)
     if a.compression is not None:
         kernel.compression_fragment(a.compression)  # before any work
+    if a.optimize is not None:
+        kernel.optimize_fragment(a.optimize)
     if recipe is not None:
         r = recipes.load(recipe)
         if r.build.library:
@@ -776,7 +784,7 @@ def cmd_build(a: argparse.Namespace) -> int:
 
         def make_spec(config: str, out: Path, extra: list[tuple[Path, str]]) -> image.BuildSpec:
             spec = recipes.image_spec(r, config, out, [*a.file, *extra], a.configure_args, a.make_args, a.overlay)
-            spec.perf, spec.compression = a.perf, a.compression
+            spec.perf, spec.compression, spec.optimize = a.perf, a.compression, a.optimize
             return spec
     else:
         r = None
@@ -788,7 +796,8 @@ def cmd_build(a: argparse.Namespace) -> int:
             opts = project.Options(system=a.build_system, configure_args=list(a.configure_args),
                                    make_args=list(a.make_args))
             return image.BuildSpec(a.sources, config, out, a.name, a.freestanding, a.userspace, a.cflags,
-                                   [*a.file, *extra], a.overlay, opts, perf=a.perf, compression=a.compression)
+                                   [*a.file, *extra], a.overlay, opts, perf=a.perf, compression=a.compression,
+                                   optimize=a.optimize)
     if a.specialize:
         res = specialize.build(make_spec(a.config, a.output, []), r, make_spec)
         ui.info(f"built '{res.app}' for the specialized configuration '{res.config}' ({len(res.options)} options "
@@ -962,7 +971,8 @@ def cmd_bench_boot(a: argparse.Namespace) -> int:
                                a.icount, a.repeat, bootbench.parse_range(a.memory_range), a.memory_steps,
                                a.timeout, a.memory, (lambda r: bootbench.save_json(r, a.json)) if a.json else None,
                                bootbench.boots(a.boots), not a.no_memory, a.specialize,
-                               bootbench.names(a.compressions, "--compressions") if a.compressions else None)
+                               bootbench.names(a.compressions, "--compressions") if a.compressions else None,
+                               a.optimize)
     bootbench.show(report)
     if a.json:
         bootbench.save_json(report, a.json)

@@ -151,24 +151,25 @@ def check_configs(configs: list[str]) -> list[str]:
 
 
 def build_spec(t: Target, config: str, out: Path, files: list[tuple[Path, str]] | None = None,
-               compression: str | None = None) -> image.BuildSpec:
+               compression: str | None = None, optimize: str | None = None) -> image.BuildSpec:
     if t.recipe is not None:
         spec = recipes.image_spec(t.recipe, config, out, files or [])
     else:
         spec = image.BuildSpec(t.sources, config, out, files=files or [])
-    spec.compression = compression
+    spec.compression, spec.optimize = compression, optimize
     return spec
 
 
-def build_image(t: Target, config: str, out: Path, specialized: bool, compression: str | None = None) -> image.Manifest:
+def build_image(t: Target, config: str, out: Path, specialized: bool, compression: str | None = None,
+                optimize: str | None = None) -> image.Manifest:
     """T's image for CONFIG in OUT, its kernel compressed with COMPRESSION
-    (None: the configuration's); SPECIALIZED: for the kernel specialized
+    and compiled for OPTIMIZE (None: the configuration's); SPECIALIZED: for the kernel specialized
     from CONFIG to T (`ukl build --specialize`, its report kept in OUT)."""
     if not specialized:
-        with ui.step(f"building {t.label} for '{config}'" + (f", {compression}" if compression else "")):
-            return image.build(build_spec(t, config, out, compression=compression))
-    specialize.build(build_spec(t, config, out, compression=compression), t.recipe,
-                     lambda c, o, extra: build_spec(t, c, o, extra, compression))
+        with ui.step(f"building {t.label} for '{config}'" + "".join(f", {v}" for v in (compression, optimize) if v)):
+            return image.build(build_spec(t, config, out, compression=compression, optimize=optimize))
+    specialize.build(build_spec(t, config, out, compression=compression, optimize=optimize), t.recipe,
+                     lambda c, o, extra: build_spec(t, c, o, extra, compression, optimize))
     return image.load(out)
 
 
@@ -454,6 +455,7 @@ class Row:
     notes: list[str]
     boot: str = "pc-plain"               # BOOTS (rows saved before there was a choice: pc-plain)
     compression: str = "gzip"            # the kernel's (rows saved before there was a choice: gzip)
+    optimize: str = "O2"                 # the kernel's compiler optimization: O2 (the configurations') or Os
 
 
 @dataclass
@@ -524,16 +526,16 @@ def measure(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: 
 
 def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, mem_range: tuple[int, int] | None,
                 steps: int, timeout: float, boot: str = DEFAULT_BOOTS, specialized: bool = False,
-                compression: str | None = None) -> Row:
-    """MEM_RANGE None: no least-memory bisection; COMPRESSION: the kernel's
-    (None: the configuration's)."""
+                compression: str | None = None, optimize: str | None = None) -> Row:
+    """MEM_RANGE None: no least-memory bisection; COMPRESSION and OPTIMIZE:
+    the kernel's (None: the configuration's)."""
     how = BOOTS[boot]
-    out = image_dir(t.label, config + ("-specialized" if specialized else "") + (f"-{compression}" if compression
-                                                                                  else ""))
+    variant = "".join(f"-{v}" for v in (optimize, compression) if v)
+    out = image_dir(t.label, config + ("-specialized" if specialized else "") + variant)
     # Two benchmarks at once (a test beside `make results-boot`) take turns
     # on the image directory instead of rebuilding it under each other.
     with lock.held(f"bench-boot-{out.name}", f"the boot benchmark's image {out.name}"):
-        man = build_image(t, config, out, specialized, compression)
+        man = build_image(t, config, out, specialized, compression, optimize)
         config = man.config
         compressed = bzimage.compression((out / "bzImage").read_bytes(), str(out / "bzImage"))
         sizes = image_sizes(out, man.vmlinux_path())
@@ -566,13 +568,13 @@ def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, 
                sizes.initramfs_bytes, sizes.text_bytes, sizes.data_bytes, sizes.bss_bytes, memory, first.ns,
                first.instructions, first.wall_ms, first.clock_offset_ns, first.reply_ns, first.reply_instructions,
                first.reply_wall_ms, least, trials, [r.instructions for r in runs], first.phases, first.exact, notes,
-               boot, compressed)
+               boot, compressed, "Os" if optimize == "size" else "O2")
 
 
 def run(apps: list[str], configs: list[str], icount: bool, repeat: int, mem_range: tuple[int, int], steps: int,
         timeout: float, memory: int = MEASURE_MEMORY, save: Callable[[Report], None] | None = None,
         boot_names: list[str] | None = None, bisect: bool = True, specialized: bool = False,
-        compressions: list[str] | None = None) -> Report:
+        compressions: list[str] | None = None, optimize: str | None = None) -> Report:
     """Every application under every configuration, kernel compression
     (COMPRESSIONS, default the configuration's) and boot method (BOOT_NAMES,
     default DEFAULT_BOOTS); BISECT: find the least memory; SPECIALIZED:
@@ -582,6 +584,8 @@ def run(apps: list[str], configs: list[str], icount: bool, repeat: int, mem_rang
     check_configs(configs)
     for c in compressions or []:
         kernel.compression_fragment(c)
+    if optimize is not None:
+        kernel.optimize_fragment(optimize)
     methods = boot_names or [DEFAULT_BOOTS]
     if not mem_range[0] < memory:
         raise UklError(f"--memory {memory} is not above the bisection's lower bound {mem_range[0]}",
@@ -605,7 +609,7 @@ def run(apps: list[str], configs: list[str], icount: bool, repeat: int, mem_rang
                     continue
                 report.rows.append(measure_app(t, config, icount, repeat, memory,
                                                mem_range if bisect else None, steps, timeout, boot, special,
-                                               comp))
+                                               comp, optimize))
                 if save:
                     save(report)
     return report
@@ -724,7 +728,7 @@ def cells(r: Row) -> list[str]:
     fails = [m for m, ok in r.memory_trials if not ok]
     if r.min_memory_mib is not None:
         memory += f" (fails at {max(fails)})" if fails else " (not bounded below)"
-    return [r.app, r.config, r.boot, r.compression,
+    return [r.app, r.config, r.boot, r.compression + ("" if r.optimize == "O2" else f" -{r.optimize}"),
             f"{mb(r.image_bytes)} ({mb(r.kernel_bytes)} + {mb(r.initramfs_bytes)})",
             f"{mb(r.text_bytes)} / {mb(r.data_bytes)} / {mb(r.bss_bytes)}",
             ms(r.boot_to_main_ns) + ("" if r.exact else " *"), millions(r.boot_to_main_instructions),
@@ -751,7 +755,9 @@ def peer_rows(peers: list[Peer]) -> list[str]:
 
 def markdown(report: Report, plot_file: Path | None, md_file: Path | None = None) -> str:
     lines = ["# Boot: image size, time to main(), least memory", "",
-             reporting.generated_by("./ukl bench boot", "`make results-boot`")
+             # docs/results-boot*.md: each written by the make target of its name
+             reporting.generated_by("./ukl bench boot", f"`make {md_file.stem}`"
+                                    if md_file is not None and md_file.stem.startswith("results-") else "")
              + " Per application and configuration: the "
              "bytes a VMM loads (bzImage and initramfs), the uncompressed kernel's (vmlinux) text, data and bss; "
              "the guest time from the kernel's first instruction to the application's `main()` "
@@ -769,6 +775,9 @@ def markdown(report: Report, plot_file: Path | None, md_file: Path | None = None
              f"Machine: {report.machine}; {report.qemu}.", "",
              "| " + " | ".join(HEADINGS) + " |", "|" + "---|" * len(HEADINGS)]
     lines += ["| " + " | ".join(cells(r)) + " |" for r in report.rows]
+    if any(r.optimize != "O2" for r in report.rows):
+        lines += ["", "`-Os` after the compression: that kernel was compiled for size (`--optimize size`, "
+                  "kernel/configs/optimize/size.config); the others with the configurations' -O2."]
     if any(not r.exact for r in report.rows):
         lines += ["", "\\* not exact: " + "; ".join(sorted({n for r in report.rows for n in r.notes}))]
     if plot_file:

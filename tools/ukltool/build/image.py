@@ -124,6 +124,7 @@ class BuildSpec:
     recipe: str | None = None
     perf: bool = False          # perf in the userspace (implies userspace)
     compression: str | None = None  # the kernel's (kernel/configs/compression); None: the configuration's
+    optimize: str | None = None     # the kernel's (kernel/configs/optimize); None: the configuration's -O2
 
     @property
     def project_dir(self) -> Path | None:
@@ -266,11 +267,12 @@ def build(spec: BuildSpec) -> Manifest:
             if prog.ukl_object is not None:
                 # The application is linked into the kernel; exec of a file
                 # that starts with the UKL magic starts it.
-                kimg = kernel.build(spec.config, app=prog.ukl_object, compression=spec.compression)
+                kimg = kernel.build(spec.config, app=prog.ukl_object, compression=spec.compression,
+                                    optimize=spec.optimize)
                 starter.write_bytes(UKL_MAGIC + prog.name.encode() + b"\n")
             else:
                 assert prog.executable is not None
-                kimg = kernel.build(spec.config, compression=spec.compression)
+                kimg = kernel.build(spec.config, compression=spec.compression, optimize=spec.optimize)
                 shutil.copy(prog.executable, starter)
             man = assemble(tmp, kimg, spec.config, prog.name, starter, ukl, spec.userspace, spec.files,
                            spec.overlays, spec.perf)

@@ -87,6 +87,22 @@ def compression_fragment(name: str) -> Path:
     return path
 
 
+OPTIMIZE_DIR = CONFIG_DIR / "optimize"
+
+
+def optimizations() -> list[str]:
+    """What `ukl build --optimize` offers besides the configurations' -O2."""
+    return sorted(p.stem for p in OPTIMIZE_DIR.glob("*.config"))
+
+
+def optimize_fragment(name: str) -> Path:
+    path = OPTIMIZE_DIR / f"{name}.config"
+    if not re.fullmatch(r"[a-z0-9]+", name) or not path.is_file():
+        raise UklError(f"unknown kernel optimization '{name}'",
+                       f"choose one of: {', '.join(optimizations())} (the default is the configurations' -O2)")
+    return path
+
+
 # The host program Kbuild runs for each kernel compression, and its package
 COMPRESSORS = {"CONFIG_KERNEL_LZ4": ("lz4", "lz4"), "CONFIG_KERNEL_GZIP": ("gzip", "gzip"),
                "CONFIG_KERNEL_ZSTD": ("zstd", "zstd"), "CONFIG_KERNEL_XZ": ("xz", "xz-utils")}
@@ -283,12 +299,15 @@ def is_ukl(name: str) -> bool:
     return _wanted(fragments(name)).get("CONFIG_UNIKERNEL_LINUX") == "y"
 
 
-def build(name: str, app: Path | None = None, compression: str | None = None) -> KernelImage:
+def build(name: str, app: Path | None = None, compression: str | None = None,
+          optimize: str | None = None) -> KernelImage:
     """Build the kernel for configuration NAME, with the UKL application
     object APP linked in if given (cached by content), compressed with
     COMPRESSION (kernel/configs/compression; None: the configuration's).
     A compression shares NAME's build directory: only the compressed
-    image is remade. Every configuration
+    image is remade. OPTIMIZE (kernel/configs/optimize; None: the
+    configuration's -O2) changes every object: it has its own build
+    directory. Every configuration
     is built from the one patched tree, so builds (and anything that
     brings the tree to a series) hold its lock: two checkouts with
     different series, or two test runs, take turns instead of building
@@ -298,7 +317,8 @@ def build(name: str, app: Path | None = None, compression: str | None = None) ->
     src, tree = sources.linux_tree()
     with lock.held(TREE_LOCK, "the kernel tree"):
         tree_key = sync_tree(tree)
-        frags = fragments(name) + ([compression_fragment(compression)] if compression else [])
+        frags = fragments(name) + ([compression_fragment(compression)] if compression else []) + \
+            ([optimize_fragment(optimize)] if optimize else [])
         app_key = hashlib.sha256(app.read_bytes()).hexdigest() if app else ""
         h = hashlib.sha256()
         for part in (src.version, tree_key, build_logic(), app_key):
@@ -309,7 +329,7 @@ def build(name: str, app: Path | None = None, compression: str | None = None) ->
         out = cache_dir() / "kernels" / f"{name}-{key}"
         if (out / "bzImage").is_file():
             return KernelImage(name, key, out / "bzImage", out / "vmlinux", (out / "release").read_text().strip())
-        bdir = cache_dir() / "build" / name
+        bdir = cache_dir() / "build" / (name + (f"-{optimize}" if optimize else ""))
         configure(tree, bdir, name, tree_key, frags)
         make_vars = []
         if app:

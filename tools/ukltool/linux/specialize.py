@@ -635,6 +635,7 @@ def build(spec: image.BuildSpec, recipe: recipes.Recipe | None, make_spec) -> Re
     rec_spec: image.BuildSpec = make_spec("linux", work / "image", strace_files())
     rec_spec.userspace = True
     rec_spec.compression = None   # the recording is the same whatever the result's compression
+    rec_spec.optimize = None      # or its kernel's optimization
     # two specializations of one application at once take turns on its recording image
     with lock.held(f"specialize-record-{work.name}", f"the recording of {work.name}"):
         rec = record(rec_spec, smoke, expect, timeout, traced, work)

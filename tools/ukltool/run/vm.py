@@ -118,6 +118,9 @@ def probe_kvm(qemu: str, kernel: Path, initrd: Path, timeout: float = 30) -> tup
         return False, f"a KVM test boot failed ({last})"
 
 
+_said_tcg: set[str] = set()
+
+
 def choose_accel(qemu: str, probe_kernel: Path, forced: str | None = None) -> str:
     """'kvm' only when KVM really boots a guest here: FORCED (`--accel`),
     else $UKL_ACCEL, else a test boot, decided once per QEMU and host
@@ -145,7 +148,8 @@ def choose_accel(qemu: str, probe_kernel: Path, forced: str | None = None) -> st
         tmp = cache.with_name(f"{cache.name}.{os.getpid()}.partial")
         tmp.write_text(json.dumps(known, indent=1) + "\n")
         tmp.replace(cache)
-    if accel == "tcg":
+    if accel == "tcg" and why not in _said_tcg:
+        _said_tcg.add(why)   # once per process, not for each of a suite's boots
         ui.info(f"using TCG (software emulation): {why}")
     return accel
 
