@@ -177,7 +177,7 @@ def test_microvm_under_tcg_is_told_the_tsc_frequency(tmp_path):
 
 def test_no_initramfs_loads_the_kernel_alone_and_asks_it_for_the_file(tmp_path):
     cmd = vm.qemu_command("qemu", spec(tmp_path, pid1="/ukl/hello", pid1_args=["a"], initramfs=False), "tcg",
-                          None, tmp_path / "s")
+                          tmp_path / "i", tmp_path / "s")
     assert "-initrd" not in cmd
     line = cmd[cmd.index("-append") + 1]
     assert line.endswith(" ukl.init=/ukl/hello rdinit=/ukl/hello -- a"), line

@@ -72,10 +72,20 @@ def test_no_initramfs_the_kernel_alone(basics):
         res = ukl("run", basics, "--pid1", "--no-initramfs", "--", *args)
         assert res.returncode == status, res.stdout
     assert_clean(basics / "console.log")
-    # with the initramfs, its files (and no second copy made by the kernel)
+    # with the initramfs, its files; the kernel keeps the initramfs's file
+    # and makes another beside it (and says why it ignores a relative path)
     res = ukl("run", basics, "--pid1", "--", "ls", "/")
     assert res.returncode == 0 and {"etc", "init", "tmp", "ukl"} <= entries(res.stdout), res.stdout
     assert "ukl.init=" not in (basics / "console.cmd").read_text()
+    res = ukl("run", basics, "--pid1", "--append", "ukl.init=/ukl/basics", "--append", "ukl.init=/ukl/other",
+              "--append", "ukl.init=rel", "--", "ls", "/ukl")
+    assert res.returncode == 0 and entries(res.stdout) == {"basics"}, res.stdout
+    assert "ukl.init: 'rel' is not an absolute path" in (basics / "console.log").read_text()
+    res = ukl("run", basics, "--pid1", "--append", "ukl.init=/ukl/other", "--", "ls", "/ukl")
+    assert res.returncode == 0 and entries(res.stdout) == {"basics", "other"}, res.stdout
+    # what cannot be made panics, and says why
+    res = ukl("run", basics, "--pid1", "--append", "ukl.init=/dev/console", "--", "ls")
+    assert res.returncode != 0 and "ukl.init: cannot create /dev/console: -EEXIST" in res.stdout, res.stdout
 
 
 def test_no_initramfs_is_refused_where_files_or_init_are_needed(basics, outdir, tmp_path):

@@ -835,8 +835,8 @@ def check_pid1_run(a: argparse.Namespace, man: image.Manifest, sh: str | None,
     elif a.remote is not None:
         why = ("remote system calls are not supported with the application as PID 1", "run it without --pid1")
     elif a.no_initramfs and man.user_files:
-        why = ("it carries files (--file or --overlay) that only its initramfs holds",
-               "run it without --no-initramfs, or rebuild it without the files")
+        why = ("it carries files (--file or --overlay) that only its initramfs holds, or it was built before "
+               "ukl recorded that", "run it without --no-initramfs, or rebuild it (without the files)")
     if why:
         raise UklError(f"--pid1: {a.outdir}: {why[0]}", why[1])
 

@@ -601,8 +601,8 @@ def run(apps: list[str], configs: list[str], icount: bool, repeat: int, mem_rang
                     ui.info(f"{boot} skipped for {t.label} under '{config}': PID 1 needs a UKL configuration "
                             "and an application without network or a smoke-test script")
                     continue
-                if not BOOTS[boot].initramfs and t.recipe is not None and t.recipe.files:
-                    ui.info(f"{boot} skipped for {t.label}: its recipe puts files in the image")
+                if not BOOTS[boot].initramfs and t.recipe is not None:
+                    ui.info(f"{boot} skipped for {t.label}: a recipe's image carries files (its userspace)")
                     continue
                 if BOOTS[boot].direct and comp not in (None, "lz4", "gzip"):
                     ui.info(f"{boot} skipped for the {comp} kernel: direct boot reads LZ4 or gzip kernels")

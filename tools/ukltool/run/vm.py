@@ -288,7 +288,8 @@ def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path | None, stat
     machine = spec.machine + (shadow.machine_suffix if shadow else "")
     cmd = [qemu, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
            "-M", machine, "-m", spec.memory, "-smp", str(spec.smp),
-           "-kernel", str(kernel_file or spec.bzimage), *(["-initrd", str(initrd)] if initrd else []),
+           "-kernel", str(kernel_file or spec.bzimage),
+           *(["-initrd", str(initrd)] if spec.initramfs and initrd else []),
            "-append", " ".join(append), "-serial", "stdio"]
     if spec.machine == "microvm":
         # microvm makes one ISA serial port (ttyS0): the status channel,
