@@ -73,6 +73,7 @@ TFAIL_BIT, TBROK_BIT, TWARN_BIT, TCONF_BIT = 1, 2, 4, 32
 MAX_PER_IMAGE = 150
 DEFAULT_BATCH = 30      # tests per boot
 DEFAULT_TIMEOUT = 300.0  # seconds per test, inside the guest (LTP's own is 30 s x LTP_TIMEOUT_MUL=4)
+TCG_TIMEOUT_MUL = 4      # LTP_TIMEOUT_MUL under TCG (guest/ltp-dispatch.c's default), times a kernel's slowdown
 BOOT_ALLOWANCE = 120.0   # seconds for a boot besides its tests
 
 
@@ -516,11 +517,11 @@ def run_batch(img: Image, tests: list[str], timeout: float, logdir: Path, tag: s
         limit = BOOT_ALLOWANCE + timeout * len(left)
         with tempfile.TemporaryDirectory(prefix="ukl-ltp-args-") as td:
             args = initramfs.args_archive(["--timeout", f"{timeout:g}", *left], Path(td))
-            # LTP's own timeouts, stretched for a slow (debug) kernel as LTP documents
+            # LTP's own timeouts, stretched further for a slow (debug) kernel
             slow = kernel.slowdown(img.config)
             res = vm.boot(vm.RunSpec(bzimage=img.path / "bzImage", initrds=[img.path / "initramfs.cpio", args],
                                      log=log, timeout=limit, smp=2, show=False, side_dir=logdir,
-                                     append=[f"LTP_TIMEOUT_MUL={slow}"] if slow > 1 else []))
+                                     append=[f"LTP_TIMEOUT_MUL={TCG_TIMEOUT_MUL * slow}"] if slow > 1 else []))
         con = parse_console(log.read_text(errors="replace"), img.config)
         outcomes += [con.done[t] for t in left if t in con.done]
         if con.unfinished is not None:

@@ -526,16 +526,21 @@ def measure(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: 
 
 def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, mem_range: tuple[int, int] | None,
                 steps: int, timeout: float, boot: str = DEFAULT_BOOTS, specialized: bool = False,
-                compression: str | None = None, optimize: str | None = None) -> Row:
+                compression: str | None = None, optimize: str | None = None,
+                built: dict[Path, image.Manifest] | None = None) -> Row:
     """MEM_RANGE None: no least-memory bisection; COMPRESSION and OPTIMIZE:
-    the kernel's (None: the configuration's)."""
+    the kernel's (None: the configuration's); BUILT: the images this run
+    has built, by directory, each built once for all its boot methods."""
     how = BOOTS[boot]
     variant = "".join(f"-{v}" for v in (optimize, compression) if v)
     out = image_dir(t.label, config + ("-specialized" if specialized else "") + variant)
     # Two benchmarks at once (a test beside `make results-boot`) take turns
     # on the image directory instead of rebuilding it under each other.
     with lock.held(f"bench-boot-{out.name}", f"the boot benchmark's image {out.name}"):
-        man = build_image(t, config, out, specialized, compression, optimize)
+        man = built[out] if built is not None and out in built else \
+            build_image(t, config, out, specialized, compression, optimize)
+        if built is not None:
+            built[out] = man
         config = man.config
         compressed = bzimage.compression((out / "bzImage").read_bytes(), str(out / "bzImage"))
         sizes = image_sizes(out, man.vmlinux_path())
@@ -592,6 +597,7 @@ def run(apps: list[str], configs: list[str], icount: bool, repeat: int, mem_rang
                        "raise --memory or lower --memory-range")
     report = Report(icount, benchcommon.machine(), vm.qemu_version("qemu-system-x86_64"), mem_range, steps)
     comps: list[str | None] = [*compressions] if compressions else [None]
+    built: dict[Path, image.Manifest] = {}
     for t in targets:
         for config in configs:
             for special, comp, boot in itertools.product((False, True) if specialized else (False,),
@@ -609,7 +615,7 @@ def run(apps: list[str], configs: list[str], icount: bool, repeat: int, mem_rang
                     continue
                 report.rows.append(measure_app(t, config, icount, repeat, memory,
                                                mem_range if bisect else None, steps, timeout, boot, special,
-                                               comp, optimize))
+                                               comp, optimize, built))
                 if save:
                     save(report)
     return report
