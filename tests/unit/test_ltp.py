@@ -224,3 +224,19 @@ def test_cli_reports_saved_rows_and_fails_on_an_unexplained_divergence(tmp_path)
     assert res.returncode == 1, res.stdout
     assert "zz99 (base TFAIL)" in res.stdout and (tmp_path / "r.md").is_file()
     assert str(REPO / "tests" / "ltp" / "divergences.toml") in res.stdout
+
+
+def test_every_break_under_linux_in_the_report_has_a_reason():
+    """docs/conformance-ltp.md explains each TBROK under linux from
+    tests/ltp/environment.toml; a test named there is in the selection."""
+    outcomes = ltp.load_json(REPO / "docs" / "conformance-ltp.json")
+    gaps = ltp.load_gaps()
+    named = [t for g in gaps for t in g.tests]
+    assert len(named) == len(set(named)) and all(g.reason for g in gaps)
+    assert set(named) <= set(ltp.selection("syscalls"))
+    broken = {o.test for o in outcomes if o.config == "linux" and o.result == "TBROK"}
+    assert broken and broken <= set(named), broken - set(named)
+    lines = ltp.gap_lines(outcomes, "linux", gaps)
+    assert "## Why tests break under linux too" in lines and not any("no reason recorded" in x for x in lines)
+    fake = [ltp.Outcome(**{**vars(outcomes[0]), "test": "new01", "config": "linux", "result": "TBROK"})]
+    assert ltp.gap_lines(fake, "linux", gaps)[-1] == "- new01: no reason recorded yet."

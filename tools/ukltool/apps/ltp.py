@@ -60,6 +60,7 @@ from ukltool.util.proc import host_cc, need_tool, run, stream
 DATA_DIR = REPO / "tests" / "ltp"
 SOURCE_FILE = DATA_DIR / "source.toml"
 DIVERGENCES_FILE = DATA_DIR / "divergences.toml"
+ENVIRONMENT_FILE = DATA_DIR / "environment.toml"   # why tests break under linux too
 DEFAULT_LIST = "quick"
 DISPATCHER = GUEST_DIR / "ltp-dispatch.c"
 SYSCALLS = "testcases/kernel/syscalls"
@@ -670,6 +671,41 @@ def counts(outcomes: list[Outcome], config: str) -> dict[str, int]:
     return {r: sum(o.config == config and o.result == r for o in outcomes) for r in RESULTS}
 
 
+@dataclass(frozen=True)
+class Gap:
+    tests: tuple[str, ...]
+    reason: str
+
+
+def load_gaps(path: Path = ENVIRONMENT_FILE) -> list[Gap]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise UklError(f"cannot read {path}: {e}", "fix the file (TOML)") from None
+    try:
+        return [Gap(tuple(str(t) for t in g["tests"]), str(g["reason"])) for g in data.get("gap", [])]
+    except (KeyError, TypeError) as e:
+        raise UklError(f"{path}: a gap lacks {e}", "give tests and reason") from None
+
+
+def gap_lines(outcomes: list[Outcome], baseline: str, gaps: list[Gap]) -> list[str]:
+    """Why each test that broke under BASELINE broke, by GAPS."""
+    broken = [o.test for o in outcomes if o.config == baseline and o.result == "TBROK"]
+    if not broken:
+        return []
+    lines = ["", f"## Why tests break under {baseline} too", "",
+             f"What this setup lacks ({ENVIRONMENT_FILE.relative_to(REPO)}), not a difference of UKL:", ""]
+    for g in gaps:
+        hit = [t for t in g.tests if t in broken]
+        if hit:
+            lines.append(f"- {', '.join(hit)}: {g.reason}")
+    known = {t for g in gaps for t in g.tests}
+    unknown = [t for t in broken if t not in known]
+    if unknown:
+        lines.append(f"- {', '.join(unknown)}: no reason recorded yet.")
+    return lines
+
+
 def markdown(outcomes: list[Outcome], configs: list[str], divergences: list[Divergence], command: str) -> str:
     src = load_source()
     lines = [
@@ -694,4 +730,5 @@ def markdown(outcomes: list[Outcome], configs: list[str], divergences: list[Dive
                 why.append(f"{c}: " + (f"{d.kind}: {d.reason}" if d else "not yet explained"))
         lines.append(f"| {test} | " + " | ".join(row[c].result if c in row else "-" for c in configs)
                      + f" | {'; '.join(why)} |")
+    lines += gap_lines(outcomes, configs[0], load_gaps())
     return "\n".join(lines) + "\n"
