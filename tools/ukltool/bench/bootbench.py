@@ -729,12 +729,17 @@ HEADINGS = ["app", "config", "boot", "kernel compression", "image MB (kernel + i
             "first reply wall, TCG s", "min memory MiB"]
 
 
+def kernel_cell(r: Row) -> str:
+    """The kernel's compression, and -Os where it was compiled for size."""
+    return r.compression + ("" if r.optimize == "O2" else f" -{r.optimize}")
+
+
 def cells(r: Row) -> list[str]:
     memory = "-" if r.min_memory_mib is None else str(r.min_memory_mib)
     fails = [m for m, ok in r.memory_trials if not ok]
     if r.min_memory_mib is not None:
         memory += f" (fails at {max(fails)})" if fails else " (not bounded below)"
-    return [r.app, r.config, r.boot, r.compression + ("" if r.optimize == "O2" else f" -{r.optimize}"),
+    return [r.app, r.config, r.boot, kernel_cell(r),
             f"{mb(r.image_bytes)} ({mb(r.kernel_bytes)} + {mb(r.initramfs_bytes)})",
             f"{mb(r.text_bytes)} / {mb(r.data_bytes)} / {mb(r.bss_bytes)}",
             ms(r.boot_to_main_ns) + ("" if r.exact else " *"), millions(r.boot_to_main_instructions),
@@ -794,11 +799,11 @@ def markdown(report: Report, plot_file: Path | None, md_file: Path | None = None
               "decompressor (`decompressor`), vmlinux's entry (`kernel`), init's stamp just before it starts "
               "the application (`init`), `main()`, and a server's first answer (`reply`).", ""]
     phase_names = list(dict.fromkeys(p for r in report.rows for p in r.phases))
-    lines += ["| app | config | boot | " + " | ".join(phase_names)
+    lines += ["| app | config | boot | kernel | " + " | ".join(phase_names)
               + " | TSC - instructions at init's stamp (ns) | -m MiB |",
-              "|---|---|---|" + "---|" * (len(phase_names) + 2)]
+              "|---|---|---|---|" + "---|" * (len(phase_names) + 2)]
     for r in report.rows:
-        lines.append(f"| {r.app} | {r.config} | {r.boot} | "
+        lines.append(f"| {r.app} | {r.config} | {r.boot} | {kernel_cell(r)} | "
                      + " | ".join(millions(r.phases.get(p)) for p in phase_names)
                      + f" | {'-' if r.clock_offset_ns is None else r.clock_offset_ns} | {r.memory_mib} |")
     offsets = [abs(r.clock_offset_ns) for r in report.rows if r.clock_offset_ns is not None and r.clock_offset_ns < 0]
