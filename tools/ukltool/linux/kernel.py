@@ -80,11 +80,17 @@ def compressions() -> list[str]:
     return sorted(names, key=lambda n: n != "lz4")
 
 
-def compression_fragment(name: str) -> Path:
-    path = COMPRESSION_DIR / f"{name}.config"
+def _variant_fragment(directory: Path, name: str, what: str, hint: str) -> Path:
+    """DIRECTORY/NAME.config, a fragment that varies a configuration's
+    kernel (its compression, its optimization), or a clear error."""
+    path = directory / f"{name}.config"
     if not re.fullmatch(r"[a-z0-9]+", name) or not path.is_file():
-        raise UklError(f"unknown kernel compression '{name}'", f"choose one of: {', '.join(compressions())}")
+        raise UklError(f"unknown kernel {what} '{name}'", hint)
     return path
+
+
+def compression_fragment(name: str) -> Path:
+    return _variant_fragment(COMPRESSION_DIR, name, "compression", f"choose one of: {', '.join(compressions())}")
 
 
 OPTIMIZE_DIR = CONFIG_DIR / "optimize"
@@ -96,11 +102,8 @@ def optimizations() -> list[str]:
 
 
 def optimize_fragment(name: str) -> Path:
-    path = OPTIMIZE_DIR / f"{name}.config"
-    if not re.fullmatch(r"[a-z0-9]+", name) or not path.is_file():
-        raise UklError(f"unknown kernel optimization '{name}'",
-                       f"choose one of: {', '.join(optimizations())} (the default is the configurations' -O2)")
-    return path
+    return _variant_fragment(OPTIMIZE_DIR, name, "optimization",
+                             f"choose one of: {', '.join(optimizations())} (the default is the configurations' -O2)")
 
 
 # The host program Kbuild runs for each kernel compression, and its package
