@@ -66,12 +66,12 @@ results-boot: setup
 	./ukl bench boot --apps examples/hello/hello.c,redis,nginx,memcached,sqlite3 --configs linux,base --icount \
 		--specialize --markdown docs/results-boot.md --json docs/results-boot.json --plot docs/results-boot.png
 
-# Each boot saving on its own (no_timer_check, noapictimer, direct boot
+# Each boot saving on its own (no_timer_check, noapictimer, pmtmr=0, direct boot
 # through the PVH entry, -M microvm), without the memory bisection.
 .PHONY: results-boot-methods
 results-boot-methods: setup
 	./ukl bench boot --apps examples/hello/hello.c,redis --configs linux,base --icount --no-memory \
-		--boots pc-plain,pc-no_timer_check,pc-noapictimer,pc-trust_cpu,pc,pc-direct,microvm-direct,microvm-direct-pid1,microvm-direct-bare \
+		--boots pc-plain,pc-no_timer_check,pc-noapictimer,pc-trust_cpu,pc-pmtmr,pc-noapictimer-pmtmr,pc,pc-direct,microvm-direct,microvm-direct-pid1,microvm-direct-bare \
 		--markdown docs/results-boot-methods.md --json docs/results-boot-methods.json
 
 # Each kernel compression (kernel/configs/compression): the image's size
@@ -92,6 +92,18 @@ results-boot-optimize: setup
 		--optimize size --json out/results-boot-Os.json
 	./ukl bench boot --from-json out/results-boot-O2.json --from-json out/results-boot-Os.json \
 		--markdown docs/results-boot-optimize.md --json docs/results-boot-optimize.json
+
+# Where the boot's instructions go, by function, from vmlinux's entry to
+# main() and the first reply: hello and Redis, general and specialized,
+# booted direct, with 1 GiB (ukl run's) and 128 MiB (docs/design/boot-time.md).
+.PHONY: results-boot-profile
+results-boot-profile: setup
+	./ukl bench boot --apps examples/hello/hello.c,redis --configs base --specialize --icount --no-memory \
+		--boots pc-direct --by-function --json out/results-boot-profile-1024.json
+	./ukl bench boot --apps examples/hello/hello.c,redis --configs base --specialize --icount --no-memory \
+		--boots pc-direct --by-function --memory 128 --json out/results-boot-profile-128.json
+	./ukl bench boot --from-json out/results-boot-profile-1024.json --from-json out/results-boot-profile-128.json \
+		--markdown docs/results-boot-profile.md --json docs/results-boot-profile.json
 
 # LTP's system-call tests as UKL applications (docs/conformance-ltp.md):
 # every test that passes under linux passes under each UKL profile or is

@@ -304,3 +304,81 @@ def test_timeline_of_the_application_as_pid_1():
     assert t.exact and t.ns == t.instructions == 90_000
     idled = bootbench.timeline(read_points(REPORT), None, None, icount=True, pid1=True)
     assert not idled.exact and idled.ns is None and "idled" in idled.notes[0]
+
+
+def test_points_carry_the_rep_string_iterations():
+    # the plugin counts REP string iterations before each point; older
+    # reports lack them (0)
+    report = {"plugin": "insnclass", "format": 1, "points": [{"vaddr": 1, "insns": 10, "halts": 0, "reps": 0,
+                                                              "wall_ns": 1},
+                         {"vaddr": 2, "insns": 20, "halts": 0, "reps": 0, "wall_ns": 2},
+                         {"vaddr": 3, "insns": 30, "halts": 0, "wall_ns": 3},
+                         {"vaddr": 4, "insns": 900, "halts": 0, "reps": 500, "wall_ns": 4},
+                         {"vaddr": 5, "insns": 1000, "halts": 0, "reps": 600, "wall_ns": 5}]}
+    hits = read_points(report)
+    assert [h.reps for h in hits if h] == [0, 0, 0, 500, 600]
+    t = bootbench.timeline(hits, 990, None, icount=True)
+    assert t.instructions == 990 and t.rep_iterations == 600
+
+
+def fake_symbols(addr: int) -> str:
+    if addr < 1 << 63:
+        return "(user space)"
+    return {0xffffffff81000000: "clear_bss", 0xffffffff81000010: "delay_tsc"}.get(addr & ~0xf, "other")
+
+
+def test_span_functions_rank_each_span_from_the_kernels_entry():
+    k = bootbench.PROFILED_FROM
+    clear, delay, other = 0xffffffff81000000, 0xffffffff81000010, 0xffffffff81000100
+    entries = [(k - 1, 99, (0x100000,)),                  # the decompressor: not profiled by function
+               (k + 1, 1000, (clear, clear + 2)),            # kernel..init
+               (k + 1, 10, (delay,) * 3),
+               (k + 1, 5, (other,)),
+               (k + 1, 7, (0x400000, 0x400002)),            # init, in user space
+               (k + 2, 4, (delay,)),                        # init..main
+               (k + 1, 1, (clear,))]                        # the same block, a second entry
+    spans = bootbench.span_functions(entries, fake_symbols, len(bootbench.POINTS) - 1)
+    assert list(spans) == ["kernel..init", "init..main"]
+    assert spans["kernel..init"] == [("clear_bss", 2001), ("delay_tsc", 30), ("(user space)", 14), ("other", 5)]
+    assert spans["init..main"] == [("delay_tsc", 4)]
+    kept = bootbench.span_functions(entries, fake_symbols, len(bootbench.POINTS) - 1, keep=2)
+    assert kept["kernel..init"] == [("clear_bss", 2001), ("delay_tsc", 30), ("(other functions: 2)", 19)]
+
+
+def test_function_table_sums_what_it_does_not_list():
+    r = row("hello", "base", functions={"kernel..init": [("clear_bss", 4_000_000), ("delay_tsc", 2_000_000),
+                                                         ("(other functions: 9)", 1_000_000)],
+                                        "init..main": [("delay_tsc", 500_000), ("exec", 250_000)]},
+            boot_to_main_rep_iterations=4_100_000)
+    table = bootbench.function_table(r, keep=2)
+    assert table[2:] == ["| `clear_bss` | 4.00 | - |", "| `delay_tsc` | 2.00 | 0.50 |",
+                         "| (the other functions) | 1.00 | 0.25 |", "| total | 7.00 | 0.75 |"]
+    md = bootbench.markdown(bootbench.Report(True, "m", "q", (8, 1024), 6, [r, row("hello", "linux")]), None)
+    assert "## Where the boot goes, by function" in md and "### hello, base, pc-plain, -m 1024" in md
+    assert "### hello, linux" not in md                     # a row without a profile has no table
+    assert "REP string iterations" in md and "| 4.1 M |" in md
+
+
+def test_profile_and_rep_iterations_round_trip(tmp_path):
+    report = sample()
+    report.rows[0].functions = {"kernel..init": [("clear_bss", 4), ("(other functions: 3)", 9)]}
+    report.rows[0].boot_to_main_rep_iterations = 12
+    path = tmp_path / "boot.json"
+    bootbench.save_json(report, path)
+    assert bootbench.load_json(path) == report
+    # rows saved before the profile and the REP count load as without them
+    data = json.loads(path.read_text())
+    for r in data["rows"]:
+        r.pop("functions"), r.pop("boot_to_main_rep_iterations")
+    path.write_text(json.dumps(data))
+    old = bootbench.load_json(path).rows[0]
+    assert old.functions == {} and old.boot_to_main_rep_iterations is None
+
+
+def test_by_function_needs_a_run_under_icount(capsys, tmp_path):
+    assert cli.main(["bench", "boot", "--by-function", "--no-memory"]) != 0
+    assert "--by-function needs --icount" in capsys.readouterr().err
+    path = tmp_path / "boot.json"
+    bootbench.save_json(sample(), path)
+    assert cli.main(["bench", "boot", "--by-function", "--from-json", str(path)]) != 0
+    assert "does not apply to --from-json" in capsys.readouterr().err

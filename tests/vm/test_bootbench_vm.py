@@ -19,7 +19,7 @@ def test_boot_benchmark_of_hello(tmp_path):
     out = tmp_path / "boot.json"
     res = ukl("bench", "boot", "--apps", "examples/hello/hello.c", "--configs", "linux,base", "--icount",
               "--repeat", "2", "--memory-range", "16:256", "--memory-steps", "2", "--json", out,
-              "--markdown", tmp_path / "boot.md", "--plot", tmp_path / "boot.png")
+              "--markdown", tmp_path / "boot.md", "--plot", tmp_path / "boot.png", "--by-function")
     assert res.returncode == 0, res.stdout + res.stderr
     rows = {r["config"]: r for r in json.loads(out.read_text())["rows"]}
     assert set(rows) == {"linux", "base"}
@@ -45,6 +45,19 @@ def test_boot_benchmark_of_hello(tmp_path):
         assert abs(r["boot_to_main_ns"] - r["boot_to_main_instructions"]) < 0.001 * r["boot_to_main_instructions"]
         assert sum(r["phases"].values()) == r["boot_to_main_instructions"]
         assert r["boot_to_main_wall_ms"] > 0 and r["first_reply_ns"] is None
+        # clear_bss() clears the kernel's bss with one `rep stosb`, which
+        # QEMU runs (and counts) byte by byte: at least that many REP
+        # iterations before main() (.brk and the TLS template's bss aside)
+        reps = r["boot_to_main_rep_iterations"]
+        assert 0.9 * r["bss_bytes"] < reps < r["boot_to_main_instructions"], (reps, r["bss_bytes"])
+        # --by-function: a second boot, the same instructions (under
+        # --icount), told by function; a span's total is its phase's, up to
+        # the blocks that hold the points
+        spans = {span: dict(fns) for span, fns in r["functions"].items()}
+        assert list(spans) == ["kernel..init", "init..main"], list(spans)
+        for span, fns in spans.items():
+            assert abs(sum(fns.values()) - r["phases"][span]) < 1000, (span, sum(fns.values()), r["phases"])
+        assert spans["kernel..init"]["clear_bss"] >= 0.9 * r["bss_bytes"], spans["kernel..init"]
         # the least memory booted and passed; the next smaller size tried did not
         trials = [(m, ok) for m, ok in r["memory_trials"]]
         least = r["min_memory_mib"]
@@ -56,6 +69,7 @@ def test_boot_benchmark_of_hello(tmp_path):
     assert rows["base"]["phases"]["init..main"] > 0 and rows["linux"]["phases"]["init..main"] > 0
     md = (tmp_path / "boot.md").read_text()
     assert "| examples/hello/hello.c | base | pc |" in md and "Lupine" in md and "Unikraft" in md
+    assert "### examples/hello/hello.c, base, pc, -m 1024" in md and "| `clear_bss` |" in md
     assert (tmp_path / "boot.png").stat().st_size > 10000
 
 
@@ -65,7 +79,8 @@ def test_boot_methods_each_measured(tmp_path):
     instructions; booted direct, nothing is decompressed, and the image's
     kernel bytes are the uncompressed kernel's."""
     out = tmp_path / "boots.json"
-    methods = ["pc-plain", "pc", "pc-direct", "microvm-direct", "microvm-direct-pid1", "microvm-direct-bare"]
+    methods = ["pc-plain", "pc-noapictimer", "pc-noapictimer-pmtmr", "pc", "pc-direct", "microvm-direct",
+               "microvm-direct-pid1", "microvm-direct-bare"]
     res = ukl("bench", "boot", "--apps", "examples/hello/hello.c", "--configs", "base", "--icount",
               "--boots", ",".join(methods), "--no-memory", "--json", out)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -80,6 +95,9 @@ def test_boot_methods_each_measured(tmp_path):
     # (the decompressor's work differs by the command line's few words only)
     assert abs(saved["phases"]["decompressor..kernel"] - plain["phases"]["decompressor..kernel"]) < 10_000
     assert saved["phases"]["kernel..init"] < plain["phases"]["kernel..init"] - 50_000_000, (plain, saved)
+    # pmtmr=0: no PM timer to check for 4.5 ms of busy waits
+    apic, pmtmr = (rows[m]["phases"]["kernel..init"] for m in ("pc-noapictimer", "pc-noapictimer-pmtmr"))
+    assert 4_000_000 < apic - pmtmr < 6_000_000, (apic, pmtmr)
     # without init, main() comes sooner
     pid1, direct = rows["microvm-direct-pid1"], rows["microvm-direct"]
     assert pid1["boot_to_main_instructions"] < direct["boot_to_main_instructions"], (pid1, direct)

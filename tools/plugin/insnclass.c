@@ -34,11 +34,20 @@
  * one holding its end marker is (both are the benchmark's own code), and a
  * block cut short by an exception is counted whole.
  *
+ * With profile=points (and at=...), the profile's "region" of a block is
+ * instead the number of points reached when it began: 0 before the first
+ * point, k between point k-1 and point k (for `ukl bench boot
+ * --by-function`: where the boot's instructions go between its points).
+ * The block holding a point is counted in the span before it.
+ *
  * Points (at=ADDR:ADDR:..., hexadecimal guest virtual addresses, at most
  * MAX_POINTS, one vCPU): for each address, in order, the first execution of
  * an instruction there after the previous point's: the instructions
  * executed before it, the idle instructions (HLT, MWAIT) executed before it,
- * and the host's monotonic clock then (for `ukl bench boot`: the kernel's
+ * the executions of REP-prefixed string instructions before it (QEMU runs,
+ * and -icount counts, each iteration as one instruction: a 4 MB `rep stosb`
+ * is 4 million instructions, where a real CPU clears 16 or more bytes a
+ * cycle), and the host's monotonic clock then (for `ukl bench boot`: the kernel's
  * first instruction, its entries, the application's main()). Under
  * -icount shift=0,sleep=off the guest's clock is the instructions plus the
  * idle time QEMU skips at each HLT; the idle count says where that applies.
@@ -335,7 +344,9 @@ struct tb_prof {
 	uint64_t vaddr[];
 };
 
-static int profile;
+static int profile;			/* PROFILE_REGIONS or PROFILE_POINTS; 0: off */
+#define PROFILE_REGIONS 1
+#define PROFILE_POINTS 2
 static struct tb_prof *profiled;	/* every translated block, under lock */
 
 /* at=ADDR:...: points recorded at their first execution, in order */
@@ -344,12 +355,13 @@ static struct tb_prof *profiled;	/* every translated block, under lock */
 struct point {
 	uint64_t vaddr;
 	int seen;
-	uint64_t insns, halts, wall_ns;
+	uint64_t insns, halts, reps, wall_ns;
 };
 
 static struct point points[MAX_POINTS];
 static unsigned int npoints, next_point;
 static uint64_t halts;			/* HLT and MWAIT executions */
+static uint64_t reps;			/* REP string instructions' executions (iterations) */
 static uint64_t wall_start_ns;		/* when the plugin was installed */
 
 static struct vcpu *vcpu(unsigned int index)
@@ -379,17 +391,17 @@ static void on_classed(unsigned int index, void *cls)
 static void on_tb_profiled(unsigned int index, void *udata)
 {
 	struct tb_prof *p = udata;
-	struct vcpu *v = vcpu(index);
+	int region = profile == PROFILE_POINTS ? (int)next_point : vcpu(index)->region;
 	struct tb_slot *s;
 
-	if (v->region < 0)
+	if (region < 0)
 		return;
 	s = p->slots;
-	if (!s || s->region != (unsigned int)v->region) {
+	if (!s || s->region != (unsigned int)region) {
 		s = calloc(1, sizeof(*s));
 		if (!s)
 			return;
-		s->region = (unsigned int)v->region;
+		s->region = (unsigned int)region;
 		s->next = p->slots;
 		p->slots = s;
 	}
@@ -510,6 +522,7 @@ static void on_point(unsigned int index, void *udata)
 	p->seen = 1;
 	p->insns = insns_now(vcpu(index), u >> UD_LEFT_SHIFT);
 	p->halts = halts;
+	p->reps = reps;
 	p->wall_ns = wall_now_ns() - wall_start_ns;
 	next_point++;
 }
@@ -521,15 +534,49 @@ static void on_halt(unsigned int index, void *udata)
 	__atomic_fetch_add(&halts, 1, __ATOMIC_RELAXED);
 }
 
-/* HLT (F4) or MWAIT (0F 01 C9), after legacy prefixes: where the vCPU idles */
-static int is_idle_insn(const uint8_t *d, size_t len)
+static void on_rep(unsigned int index, void *udata)
+{
+	(void)index;
+	(void)udata;
+	__atomic_fetch_add(&reps, 1, __ATOMIC_RELAXED);
+}
+
+/* The legacy prefixes and REX: how many bytes of D they take, and whether
+ * F2 or F3 (REPNE, REP) was among them */
+static size_t skip_prefixes(const uint8_t *d, size_t len, int *rep_prefix)
 {
 	size_t i = 0;
 
+	*rep_prefix = 0;
 	while (i < len && (d[i] == 0x66 || d[i] == 0x67 || d[i] == 0xf2 || d[i] == 0xf3 || d[i] == 0xf0 ||
 			   d[i] == 0x2e || d[i] == 0x3e || d[i] == 0x26 || d[i] == 0x36 || d[i] == 0x64 ||
-			   d[i] == 0x65 || (d[i] & 0xf0) == 0x40))
+			   d[i] == 0x65 || (d[i] & 0xf0) == 0x40)) {
+		if (d[i] == 0xf2 || d[i] == 0xf3)
+			*rep_prefix = 1;
 		i++;
+	}
+	return i;
+}
+
+/* INS, OUTS (6C-6F), MOVS, CMPS (A4-A7), STOS, LODS, SCAS (AA-AF) with a
+ * REP, REPE or REPNE prefix: QEMU executes each iteration as one
+ * instruction */
+static int is_rep_string(const uint8_t *d, size_t len)
+{
+	int rep_prefix;
+	size_t i = skip_prefixes(d, len, &rep_prefix);
+
+	if (!rep_prefix || i >= len)
+		return 0;
+	return (d[i] >= 0x6c && d[i] <= 0x6f) || (d[i] >= 0xa4 && d[i] <= 0xa7) || (d[i] >= 0xaa && d[i] <= 0xaf);
+}
+
+/* HLT (F4) or MWAIT (0F 01 C9), after legacy prefixes: where the vCPU idles */
+static int is_idle_insn(const uint8_t *d, size_t len)
+{
+	int rep_prefix;
+	size_t i = skip_prefixes(d, len, &rep_prefix);
+
 	if (i < len && d[i] == 0xf4)
 		return 1;
 	return i + 2 < len && d[i] == 0x0f && d[i + 1] == 0x01 && d[i + 2] == 0xc9;
@@ -545,6 +592,8 @@ static void watch_points(struct qemu_plugin_insn *insn, const uint8_t *data, siz
 							       (void *)(uintptr_t)(k | left << UD_LEFT_SHIFT));
 	if (is_idle_insn(data, size))
 		qemu_plugin_register_vcpu_insn_exec_cb(insn, on_halt, QEMU_PLUGIN_CB_NO_REGS, NULL);
+	else if (is_rep_string(data, size))
+		qemu_plugin_register_vcpu_insn_exec_cb(insn, on_rep, QEMU_PLUGIN_CB_NO_REGS, NULL);
 }
 
 static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
@@ -619,20 +668,22 @@ static void put_profile(FILE *f)
 	fprintf(f, "%s]", first ? "" : "\n ");
 }
 
-/* "halts": N, "points": [{"vaddr": A, "insns": N|null, "halts": N, "wall_ns": N}, ...] */
+/* "halts": N, "reps": N, "points": [{"vaddr": A, "insns": N|null, "halts": N, "reps": N,
+ * "wall_ns": N}, ...] */
 static void put_points(FILE *f)
 {
-	fprintf(f, ",\n \"halts\": %llu, \"points\": [", (unsigned long long)halts);
+	fprintf(f, ",\n \"halts\": %llu, \"reps\": %llu, \"points\": [", (unsigned long long)halts,
+		(unsigned long long)reps);
 	for (unsigned int k = 0; k < npoints; k++) {
 		struct point *p = &points[k];
 
 		fprintf(f, "%s\n  {\"vaddr\": %llu, ", k ? "," : "", (unsigned long long)p->vaddr);
 		if (p->seen)
-			fprintf(f, "\"insns\": %llu, \"halts\": %llu, \"wall_ns\": %llu}",
+			fprintf(f, "\"insns\": %llu, \"halts\": %llu, \"reps\": %llu, \"wall_ns\": %llu}",
 				(unsigned long long)p->insns, (unsigned long long)p->halts,
-				(unsigned long long)p->wall_ns);
+				(unsigned long long)p->reps, (unsigned long long)p->wall_ns);
 		else
-			fprintf(f, "\"insns\": null, \"halts\": null, \"wall_ns\": null}");
+			fprintf(f, "\"insns\": null, \"halts\": null, \"reps\": null, \"wall_ns\": null}");
 	}
 	fprintf(f, "%s]", npoints ? "\n " : "");
 }
@@ -765,13 +816,15 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
 		else if (!strcmp(argv[i], "inline=off"))
 			inline_arg = 0;
 		else if (!strcmp(argv[i], "profile=on"))
-			profile = 1;
+			profile = PROFILE_REGIONS;
+		else if (!strcmp(argv[i], "profile=points"))
+			profile = PROFILE_POINTS;
 		else if (!strncmp(argv[i], "at=", 3)) {
 			if (parse_points(argv[i] + 3))
 				return -1;
 		} else {
-			fprintf(stderr, "insnclass: unknown argument '%s' (out=PATH, inline=on|off, profile=on, "
-				"at=ADDR:...)\n", argv[i]);
+			fprintf(stderr, "insnclass: unknown argument '%s' (out=PATH, inline=on|off, "
+				"profile=on|points, at=ADDR:...)\n", argv[i]);
 			return -1;
 		}
 	}
@@ -787,6 +840,10 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
 	nvcpus = info->system_emulation && info->system.max_vcpus > 0 ? (unsigned int)info->system.max_vcpus : 64;
 	if (npoints && nvcpus != 1) {
 		fprintf(stderr, "insnclass: at= needs one vCPU (-smp 1), not %u\n", nvcpus);
+		return -1;
+	}
+	if (profile == PROFILE_POINTS && !npoints) {
+		fprintf(stderr, "insnclass: profile=points needs at=ADDR:...\n");
 		return -1;
 	}
 	if (profile && nvcpus != 1) {

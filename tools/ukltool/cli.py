@@ -676,6 +676,9 @@ def _bench_boot_parser(bs: argparse._SubParsersAction) -> None:
                     help="compile every kernel for NAME instead of the configurations' -O2 (one of: "
                     f"{_safe(kernel.optimizations)})")
     bb.add_argument("--no-memory", action="store_true", help="do not bisect the least memory")
+    bb.add_argument("--by-function", action="store_true",
+                    help="boot each image once more with the plugin profiling it, and report where the "
+                    "instructions from vmlinux's entry to main() (and the first reply) go, by function")
     _timeout_option(bb, 600.0)
     _report_options(bb, plot=True)
     bb.set_defaults(func=cmd_bench_boot)
@@ -963,8 +966,12 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
 def cmd_bench_boot(a: argparse.Namespace) -> int:
     if a.from_json:
+        if a.by_function:
+            raise UklError("--by-function boots the images; it does not apply to --from-json",
+                           "leave out --from-json, or --by-function")
         report = bootbench.merge([bootbench.load_json(f) for f in a.from_json])
     else:
+        cyclemodel.check_icount(a.icount, None, a.by_function)
         if a.memory_steps < 0:
             raise UklError(f"--memory-steps {a.memory_steps}: must be 0 or more", "e.g. --memory-steps 6")
         report = bootbench.run(bootbench.names(a.apps, "--apps"), bootbench.names(a.configs, "--configs"),
@@ -972,7 +979,7 @@ def cmd_bench_boot(a: argparse.Namespace) -> int:
                                a.timeout, a.memory, (lambda r: bootbench.save_json(r, a.json)) if a.json else None,
                                bootbench.boots(a.boots), not a.no_memory, a.specialize,
                                bootbench.names(a.compressions, "--compressions") if a.compressions else None,
-                               a.optimize)
+                               a.optimize, a.by_function)
     bootbench.show(report)
     if a.json:
         bootbench.save_json(report, a.json)

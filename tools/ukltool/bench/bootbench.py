@@ -41,7 +41,7 @@ from ukltool.apps import recipes
 from ukltool.bench import benchcommon
 from ukltool.build import image, initramfs
 from ukltool.linux import bzimage, kernel, specialize
-from ukltool.plugin import insnclass
+from ukltool.plugin import insnclass, insnprofile
 from ukltool.plugin.insnclass import Hit
 from ukltool.run import vm
 from ukltool.util import lock, reporting, ui
@@ -78,8 +78,10 @@ BOOTS = {
     "pc-no_timer_check": Boot("pc", False, ("no_timer_check",), "-M pc, bzImage, no_timer_check"),
     "pc-noapictimer": Boot("pc", False, ("noapictimer",), "-M pc, bzImage, noapictimer"),
     "pc-trust_cpu": Boot("pc", False, ("random.trust_cpu=on",), "-M pc, bzImage, random.trust_cpu=on"),
+    "pc-pmtmr": Boot("pc", False, ("pmtmr=0",), "-M pc, bzImage, pmtmr=0"),
+    "pc-noapictimer-pmtmr": Boot("pc", False, ("noapictimer", "pmtmr=0"), "-M pc, bzImage, noapictimer pmtmr=0"),
     "pc": Boot("pc", False, None, "-M pc, bzImage, the savings `ukl run` passes (no_timer_check noapictimer "
-               "random.trust_cpu=on)"),
+               "random.trust_cpu=on pmtmr=0)"),
     "pc-direct": Boot("pc", True, None, "-M pc, vmlinux through its PVH entry (no decompression), the savings"),
     "microvm-direct": Boot("microvm", True, None,
                            "-M microvm, vmlinux through its PVH entry: qboot, no PCI, no decompression"),
@@ -307,8 +309,11 @@ def boot_points(outdir: Path, man: image.Manifest, server: bool, direct: bool = 
     return [setup, decompressor, elf_entry(vmlinux), stamp, main, *([reply] if server else [])]
 
 
-def plugin_option(so: Path, report: Path, points: list[int]) -> str:
-    return insnclass.option(so, report) + ",at=" + ":".join(f"{a:x}" for a in points)
+def plugin_option(so: Path, report: Path, points: list[int], by_function: bool = False) -> str:
+    """BY_FUNCTION: the plugin also profiles the blocks executed between
+    each point and the next (profile=points)."""
+    return (insnclass.option(so, report) + ",at=" + ":".join(f"{a:x}" for a in points)
+            + (",profile=points" if by_function else ""))
 
 
 # ---- reading a run ----
@@ -330,6 +335,7 @@ class Timeline:
     reply_ns: int | None = None
     reply_wall_ms: float | None = None
     phases: dict[str, int] = field(default_factory=dict)   # instructions from each point to the next
+    rep_iterations: int = 0           # of the instructions to main(): REP string iterations
     exact: bool = True
     notes: list[str] = field(default_factory=list)
 
@@ -354,7 +360,8 @@ def timeline(hits: list[Hit | None], stamp_tsc: int | None, reply_tsc: int | Non
     assert setup is not None and stamp is not None and main is not None
     phases = {f"{POINTS[k]}..{POINTS[k + 1]}": h2.insns - h1.insns
               for k, (h1, h2) in enumerate(zip(hits, hits[1:], strict=False)) if h1 and h2}
-    t = Timeline(main.insns - setup.insns, None, (main.wall_ns - setup.wall_ns) / 1e6, None, phases=phases)
+    t = Timeline(main.insns - setup.insns, None, (main.wall_ns - setup.wall_ns) / 1e6, None, phases=phases,
+                 rep_iterations=main.reps - setup.reps)
     reply = hits[5] if len(hits) > 5 else None
     if reply is not None:
         t.reply_instructions = reply.insns - setup.insns
@@ -456,6 +463,12 @@ class Row:
     boot: str = "pc-plain"               # BOOTS (rows saved before there was a choice: pc-plain)
     compression: str = "gzip"            # the kernel's (rows saved before there was a choice: gzip)
     optimize: str = "O2"                 # the kernel's compiler optimization: O2 (the configurations') or Os
+    # --by-function: per span from the kernel's entry on ("kernel..init", ...),
+    # the functions with the most instructions, then "(other functions: N)"
+    functions: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    # of boot_to_main_instructions, the iterations of REP string instructions
+    # (None: measured before the plugin counted them)
+    boot_to_main_rep_iterations: int | None = None
 
 
 @dataclass
@@ -524,13 +537,61 @@ def measure(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: 
     return tl
 
 
+# Spans profiled by function (`--by-function`): from vmlinux's entry on.
+# Before it the setup code and the decompressor run at addresses the
+# kernel's symbol table does not name.
+PROFILED_FROM = POINTS.index("kernel")
+PROFILE_KEEP = 25                # functions listed per span, the rest summed
+
+
+def span_functions(entries: list[insnclass.ProfileEntry], name: Callable[[int], str], npoints: int,
+                   keep: int = PROFILE_KEEP) -> dict[str, list[tuple[str, int]]]:
+    """The plugin's profile=points entries (region k: the blocks that began
+    after point k-1 and before point k) as, per span from the kernel's
+    entry on, its KEEP functions with the most instructions and then the
+    rest together. Addresses in the lower half are user space's (init, or
+    the application under `linux`)."""
+    out: dict[str, list[tuple[str, int]]] = {}
+    for k in range(PROFILED_FROM + 1, npoints):
+        per = insnprofile.per_function(entries, k, 1, name)
+        if not per:
+            continue
+        ranked = [(fn, int(n)) for fn, n in per.items()]
+        rest = ranked[keep:]
+        out[f"{POINTS[k - 1]}..{POINTS[k]}"] = ranked[:keep] + (
+            [(f"(other functions: {len(rest)})", sum(n for _, n in rest))] if rest else [])
+    return out
+
+
+def profile_boot(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: int, timeout: float,
+                 how: Boot) -> dict[str, list[tuple[str, int]]]:
+    """One more boot, with the plugin profiling each span by function (a
+    separate boot: the profile's callbacks slow the host, not the guest)."""
+    probe = server_probe(t.recipe)
+    points = boot_points(outdir, man, probe is not None, how.direct, how.pid1)
+    report = outdir / "bootbench-profile.json"
+    report.unlink(missing_ok=True)
+    append = [] if how.pid1 else [f"{STAMP_ENV}=1"]
+    if probe is not None:
+        append.append(f"{PROBE_ENV}={probe[0]}:{probe[1].hex()}")
+    log = outdir / "boot-profile.log"
+    res = boot_once(outdir, man, icount, memory, timeout, append, None,
+                    [plugin_option(insnclass.build(), report, points, by_function=True)], log, how)
+    if res.failures or res.timed_out or not report.is_file():
+        raise UklError(f"{t.label} under '{man.config}' did not boot to the end while profiled (status {res.code})",
+                       f"see {log}")
+    entries = insnclass.read_report(report, profile=True).profile or []
+    return span_functions(entries, insnprofile.load_symbols(man.vmlinux_path()).name, len(points))
+
+
 def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, mem_range: tuple[int, int] | None,
                 steps: int, timeout: float, boot: str = DEFAULT_BOOTS, specialized: bool = False,
                 compression: str | None = None, optimize: str | None = None,
-                built: dict[Path, image.Manifest] | None = None) -> Row:
+                built: dict[Path, image.Manifest] | None = None, by_function: bool = False) -> Row:
     """MEM_RANGE None: no least-memory bisection; COMPRESSION and OPTIMIZE:
     the kernel's (None: the configuration's); BUILT: the images this run
-    has built, by directory, each built once for all its boot methods."""
+    has built, by directory, each built once for all its boot methods;
+    BY_FUNCTION: one more boot, profiled by function."""
     how = BOOTS[boot]
     variant = "".join(f"-{v}" for v in (optimize, compression) if v)
     out = image_dir(t.label, config + ("-specialized" if specialized else "") + variant)
@@ -557,6 +618,10 @@ def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, 
             with ui.step(f"booting {t.label} under '{config}', {boot} (run {i + 1} of {repeat})"):
                 runs.append(measure(out, man, t, icount, memory, timeout, i, how))
         first = runs[0]
+        functions: dict[str, list[tuple[str, int]]] = {}
+        if by_function:
+            with ui.step(f"profiling {t.label}'s boot under '{config}', {boot}, by function"):
+                functions = profile_boot(out, man, t, icount, memory, timeout, how)
         least: int | None = None
         trials: list[tuple[int, bool]] = []
         if mem_range is not None:
@@ -573,18 +638,18 @@ def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, 
                sizes.initramfs_bytes, sizes.text_bytes, sizes.data_bytes, sizes.bss_bytes, memory, first.ns,
                first.instructions, first.wall_ms, first.clock_offset_ns, first.reply_ns, first.reply_instructions,
                first.reply_wall_ms, least, trials, [r.instructions for r in runs], first.phases, first.exact, notes,
-               boot, compressed, "Os" if optimize == "size" else "O2")
+               boot, compressed, "Os" if optimize == "size" else "O2", functions, first.rep_iterations)
 
 
 def run(apps: list[str], configs: list[str], icount: bool, repeat: int, mem_range: tuple[int, int], steps: int,
         timeout: float, memory: int = MEASURE_MEMORY, save: Callable[[Report], None] | None = None,
         boot_names: list[str] | None = None, bisect: bool = True, specialized: bool = False,
-        compressions: list[str] | None = None, optimize: str | None = None) -> Report:
+        compressions: list[str] | None = None, optimize: str | None = None, by_function: bool = False) -> Report:
     """Every application under every configuration, kernel compression
     (COMPRESSIONS, default the configuration's) and boot method (BOOT_NAMES,
     default DEFAULT_BOOTS); BISECT: find the least memory; SPECIALIZED:
     after each, a row for the kernel specialized from that configuration to
-    the application."""
+    the application; BY_FUNCTION: each row's boot profiled by function."""
     targets = [resolve_app(a) for a in apps]     # every name checked before any work
     check_configs(configs)
     for c in compressions or []:
@@ -615,7 +680,7 @@ def run(apps: list[str], configs: list[str], icount: bool, repeat: int, mem_rang
                     continue
                 report.rows.append(measure_app(t, config, icount, repeat, memory,
                                                mem_range if bisect else None, steps, timeout, boot, special,
-                                               comp, optimize, built))
+                                               comp, optimize, built, by_function))
                 if save:
                     save(report)
     return report
@@ -629,7 +694,9 @@ def save_json(report: Report, path: Path) -> None:
 
 def load_json(path: Path) -> Report:
     def decode(data: dict) -> Report:
-        rows = [Row(**{**r, "memory_trials": [(int(m), bool(o)) for m, o in r["memory_trials"]]})
+        rows = [Row(**{**r, "memory_trials": [(int(m), bool(o)) for m, o in r["memory_trials"]],
+                       "functions": {span: [(str(fn), int(n)) for fn, n in fns]
+                                     for span, fns in r.get("functions", {}).items()}})
                 for r in data.pop("rows")]
         data["memory_range"] = tuple(data["memory_range"])
         return Report(**data, rows=rows)
@@ -691,6 +758,7 @@ def target_rows(report: Report, goals: list[Goal]) -> list[str]:
     out = ["| app | kernel | boot | figure | measured | target | |", "|---|---|---|---|---|---|---|"]
     origin: dict[int, str] = {}   # a specialized row's origin: the general row before it
     last = "-"
+    several = len({r.memory_mib for r in report.rows}) > 1   # say each row's -m where they differ
     for i, r in enumerate(report.rows):
         if not r.specialized:
             last = r.config
@@ -706,7 +774,8 @@ def target_rows(report: Report, goals: list[Goal]) -> list[str]:
             for what, got, want in figures:
                 if want is None or got is None:
                     continue
-                out.append(f"| {g.app} | {r.config} (from {origin[i]}) | {r.boot} | {what} | {got:.2f} | {want:g} | "
+                boot = f"{r.boot}, -m {r.memory_mib}" if several else r.boot
+                out.append(f"| {g.app} | {r.config} (from {origin[i]}) | {boot} | {what} | {got:.2f} | {want:g} | "
                            f"{'met' if got <= want else f'missed ({got / want:.1f}x)'} |")
     return out
 
@@ -797,19 +866,25 @@ def markdown(report: Report, plot_file: Path | None, md_file: Path | None = None
     lines += ["", "## Where the instructions go", "",
               "Instructions from each point to the next: the kernel's real-mode setup entry (`setup`), the "
               "decompressor (`decompressor`), vmlinux's entry (`kernel`), init's stamp just before it starts "
-              "the application (`init`), `main()`, and a server's first answer (`reply`).", ""]
+              "the application (`init`), `main()`, and a server's first answer (`reply`). QEMU executes, and "
+              "`-icount` counts, each iteration of a REP-prefixed string instruction (`rep stosb`, `rep movsb`) "
+              "as one instruction, so the column of REP iterations is the part of the boot to `main()` that a "
+              "real CPU does many times faster (16 or more bytes a cycle): clearing the kernel's 1-4 MB bss, "
+              "for one, is a `rep stosb` of that many iterations.", ""]
     phase_names = list(dict.fromkeys(p for r in report.rows for p in r.phases))
     lines += ["| app | config | boot | kernel | " + " | ".join(phase_names)
-              + " | TSC - instructions at init's stamp (ns) | -m MiB |",
-              "|---|---|---|---|" + "---|" * (len(phase_names) + 2)]
+              + " | of setup..main: REP string iterations | TSC - instructions at init's stamp (ns) | -m MiB |",
+              "|---|---|---|---|" + "---|" * (len(phase_names) + 3)]
     for r in report.rows:
         lines.append(f"| {r.app} | {r.config} | {r.boot} | {kernel_cell(r)} | "
                      + " | ".join(millions(r.phases.get(p)) for p in phase_names)
+                     + f" | {millions(r.boot_to_main_rep_iterations)}"
                      + f" | {'-' if r.clock_offset_ns is None else r.clock_offset_ns} | {r.memory_mib} |")
     offsets = [abs(r.clock_offset_ns) for r in report.rows if r.clock_offset_ns is not None and r.clock_offset_ns < 0]
     if offsets:
         lines += ["", f"The plugin's overcount before init's stamp is {min(offsets):,} to {max(offsets):,} "
                   f"instructions here ({max(offsets) / 1e6:.2f} ms at most; see below)."]
+    lines += function_sections(report)
     used = list(dict.fromkeys(r.boot for r in report.rows))
     lines += ["", "## Boot methods", "",
               "Each row's `boot`: how QEMU boots the image. The savings are kernel command-line words that tell "
@@ -837,6 +912,41 @@ def markdown(report: Report, plot_file: Path | None, md_file: Path | None = None
     return "\n".join(lines) + "\n"
 
 
+def function_table(r: Row, keep: int = PROFILE_KEEP) -> list[str]:
+    """One row's profile: the KEEP functions with the most instructions
+    over its spans, one column per span, then the rest and the total."""
+    spans = list(r.functions)
+    per = {span: dict(fns) for span, fns in r.functions.items()}
+    totals = {span: sum(fns.values()) for span, fns in per.items()}
+    named = {fn for fns in per.values() for fn in fns if not fn.startswith("(other functions")}
+    order = sorted(named, key=lambda fn: (-sum(per[s].get(fn, 0) for s in spans), fn))[:keep]
+
+    def cell(n: int) -> str:
+        return "-" if n == 0 else f"{n / 1e6:.2f}"
+    out = ["| function | " + " | ".join(spans) + " |", "|---|" + "---:|" * len(spans)]
+    out += [f"| `{fn}` | " + " | ".join(cell(per[s].get(fn, 0)) for s in spans) + " |" for fn in order]
+    out.append("| (the other functions) | "
+               + " | ".join(cell(totals[s] - sum(per[s].get(fn, 0) for fn in order)) for s in spans) + " |")
+    out.append("| total | " + " | ".join(cell(totals[s]) for s in spans) + " |")
+    return out
+
+
+def function_sections(report: Report) -> list[str]:
+    """`--by-function`: where each profiled row's boot goes, by function."""
+    profiled = [r for r in report.rows if r.functions]
+    if not profiled:
+        return []
+    lines = ["", "## Where the boot goes, by function", "",
+             "Millions of instructions per function in each span from vmlinux's entry on (`--by-function`: one "
+             "more boot of the row's image, with our QEMU plugin's profile=points, which counts each executed "
+             "translation block in the span it began in; a block is counted whole, and the block holding a "
+             "point in the span before it). Functions are named by vmlinux's symbol table (a UKL application's "
+             "carry the `ukl_` prefix); `(user space)` is init, or the application under `linux`."]
+    for r in profiled:
+        lines += ["", f"### {r.app}, {r.config}, {r.boot}, -m {r.memory_mib}", "", *function_table(r)]
+    return lines
+
+
 METHOD = f"""* **Time origin: the kernel's first instruction**, the real-mode setup code's entry where QEMU's
   `-kernel` loader jumps (linear 0x10200 for a modern bzImage), so the firmware (SeaBIOS) does not count
   and the decompression does (a VMM that loads vmlinux directly skips it; the `decompressor..kernel`
@@ -859,6 +969,9 @@ METHOD = f"""* **Time origin: the kernel's first instruction**, the real-mode se
   stamp. It bounds the error of the count before the origin (the firmware's), so boot to `main()` is
   within that many ns (plus the overcount between the stamp and `main()`, a part of its 0.3-1 million
   instructions). The instruction columns are the plugin's counts, high by up to that overcount.
+  Guest time counts instructions, not cycles: a privileged instruction that takes hundreds of cycles
+  counts one, and each iteration of a REP string instruction counts one (the plugin counts those
+  iterations separately, "REP string iterations" above).
 * **First reply** (servers: recipes with a `[netbench]` or `[tests]` probe): a prober forked by init
   (`ukl_probe=PORT:HEX`) connects to 127.0.0.1:PORT, retrying every {PROBE_INTERVAL_NS // 1000} us of guest time
   until the server listens, sends the recipe's probe, and reads the TSC when the first byte of the answer
