@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -306,8 +307,8 @@ def test_timeline_of_the_application_as_pid_1():
     assert not idled.exact and idled.ns is None and "idled" in idled.notes[0]
 
 
-def test_points_carry_the_rep_string_iterations():
-    # the plugin counts REP string iterations before each point; older
+def test_points_carry_the_rep_string_executions():
+    # the plugin counts REP string executions before each point; older
     # reports lack them (0)
     report = {"plugin": "insnclass", "format": 1, "points": [{"vaddr": 1, "insns": 10, "halts": 0, "reps": 0,
                                                               "wall_ns": 1},
@@ -316,9 +317,13 @@ def test_points_carry_the_rep_string_iterations():
                          {"vaddr": 4, "insns": 900, "halts": 0, "reps": 500, "wall_ns": 4},
                          {"vaddr": 5, "insns": 1000, "halts": 0, "reps": 600, "wall_ns": 5}]}
     hits = read_points(report)
-    assert [h.reps for h in hits if h] == [0, 0, 0, 500, 600]
+    assert [h.reps for h in hits if h] == [0, 0, None, 500, 600]
     t = bootbench.timeline(hits, 990, None, icount=True)
-    assert t.instructions == 990 and t.rep_iterations == 600
+    assert t.instructions == 990 and t.rep_executions == 600
+    # a report of a plugin that did not count them: unknown, not zero
+    for point in report["points"]:
+        point.pop("reps", None)
+    assert bootbench.timeline(read_points(report), 990, None, icount=True).rep_executions is None
 
 
 def fake_symbols(addr: int) -> str:
@@ -349,30 +354,33 @@ def test_function_table_sums_what_it_does_not_list():
     r = row("hello", "base", functions={"kernel..init": [("clear_bss", 4_000_000), ("delay_tsc", 2_000_000),
                                                          ("(other functions: 9)", 1_000_000)],
                                         "init..main": [("delay_tsc", 500_000), ("exec", 250_000)]},
-            boot_to_main_rep_iterations=4_100_000)
+            boot_to_main_rep_executions=4_100_000)
     table = bootbench.function_table(r, keep=2)
+    # kernel..init listed its first functions only: clear_bss is there,
+    # exec is below its least (2.00); init..main listed all of its own
     assert table[2:] == ["| `clear_bss` | 4.00 | - |", "| `delay_tsc` | 2.00 | 0.50 |",
                          "| (the other functions) | 1.00 | 0.25 |", "| total | 7.00 | 0.75 |"]
+    assert bootbench.function_table(r, keep=3)[4] == "| `exec` | < 2.00 | 0.25 |"
     md = bootbench.markdown(bootbench.Report(True, "m", "q", (8, 1024), 6, [r, row("hello", "linux")]), None)
     assert "## Where the boot goes, by function" in md and "### hello, base, pc-plain, -m 1024" in md
     assert "### hello, linux" not in md                     # a row without a profile has no table
-    assert "REP string iterations" in md and "| 4.1 M |" in md
+    assert "REP string executions" in md and "| 4.1 M |" in md
 
 
-def test_profile_and_rep_iterations_round_trip(tmp_path):
+def test_profile_and_rep_executions_round_trip(tmp_path):
     report = sample()
     report.rows[0].functions = {"kernel..init": [("clear_bss", 4), ("(other functions: 3)", 9)]}
-    report.rows[0].boot_to_main_rep_iterations = 12
+    report.rows[0].boot_to_main_rep_executions = 12
     path = tmp_path / "boot.json"
     bootbench.save_json(report, path)
     assert bootbench.load_json(path) == report
     # rows saved before the profile and the REP count load as without them
     data = json.loads(path.read_text())
     for r in data["rows"]:
-        r.pop("functions"), r.pop("boot_to_main_rep_iterations")
+        r.pop("functions"), r.pop("boot_to_main_rep_executions")
     path.write_text(json.dumps(data))
     old = bootbench.load_json(path).rows[0]
-    assert old.functions == {} and old.boot_to_main_rep_iterations is None
+    assert old.functions == {} and old.boot_to_main_rep_executions is None
 
 
 def test_by_function_needs_a_run_under_icount(capsys, tmp_path):
@@ -382,3 +390,16 @@ def test_by_function_needs_a_run_under_icount(capsys, tmp_path):
     bootbench.save_json(sample(), path)
     assert cli.main(["bench", "boot", "--by-function", "--from-json", str(path)]) != 0
     assert "does not apply to --from-json" in capsys.readouterr().err
+
+
+def test_code_run_at_physical_addresses_is_named_by_its_kernel_symbol(tmp_path):
+    # one PT_LOAD: physical 0x1000000 is virtual 0xffffffff81000000
+    ehsize, phsize = 64, 56
+    ident = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)
+    header = ident + struct.pack("<HHIQQQIHHHHHH", 2, 62, 1, 0x1000000, ehsize, 0, 0, ehsize, phsize, 1, 64, 0, 0)
+    phdr = struct.pack("<IIQQQQQQ", 1, 5, 0x1000, 0xffffffff81000000, 0x1000000, 0x100, 0x100, 0x1000)
+    vmlinux = tmp_path / "vmlinux"
+    vmlinux.write_bytes(header + phdr + bytes(0x1100 - ehsize - phsize))
+    named = bootbench.physical_names(vmlinux, fake_symbols)
+    assert named(0x1000004) == "clear_bss" and named(0xffffffff81000010) == "delay_tsc"
+    assert named(0x400000) == "(user space)"                  # below the kernel: init

@@ -187,3 +187,18 @@ def test_no_initramfs_loads_the_kernel_alone_and_asks_it_for_the_file(tmp_path):
     assert "-initrd" in cmd and "ukl.init=" not in cmd[cmd.index("-append") + 1]
     with pytest.raises(UklError, match="no init program"):
         vm.qemu_command("qemu", spec(tmp_path, initramfs=False), "tcg", None, tmp_path / "s")
+
+
+def test_loaded_bytes_count_the_load_segments_not_the_holes_between():
+    ehsize, phsize = 64, 56
+    ident = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)
+    header = ident + struct.pack("<HHIQQQIHHHHHH", 2, 62, 1, 0x1000000, ehsize, 0, 0, ehsize, phsize, 3, 64, 0, 0)
+    # two PT_LOAD segments 2 MiB apart in the file (filesz 100 and 50, the
+    # second with 4000 bytes of bss), and a PT_NOTE inside the first
+    phdrs = (struct.pack("<IIQQQQQQ", 1, 5, 0x200000, 0, 0x1000000, 100, 100, 0x200000)
+             + struct.pack("<IIQQQQQQ", 1, 6, 0x400000, 0, 0x1200000, 50, 4050, 0x200000)
+             + struct.pack("<IIQQQQQQ", 4, 4, 0x200010, 0, 0x1000010, 20, 20, 4))
+    elf = header + phdrs + bytes(0x400000 + 50 - ehsize - 3 * phsize)
+    assert bzimage.loaded_bytes(elf) == 150 < len(elf)
+    with pytest.raises(UklError, match="cannot read x's program headers"):
+        bzimage.loaded_bytes(b"\x7fELF" + bytes(10), "x")

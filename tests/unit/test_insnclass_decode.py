@@ -178,3 +178,51 @@ def test_a_failing_compiler_is_a_clear_error(tmp_path, monkeypatch):
     with pytest.raises(UklError, match="building the QEMU plugin .*insnclass.c with false failed"):
         insnclass.build()
     assert not list((tmp_path / "plugins").iterdir())
+
+
+REP_CASES = {
+    "f3 aa": True,            # rep stos %al,(%rdi)
+    "f3 48 ab": True,         # rep stos %rax,(%rdi)
+    "f3 a4": True,            # rep movsb
+    "f3 48 a5": True,         # rep movsq
+    "f3 a6": True,            # repz cmpsb
+    "f2 ae": True,            # repnz scasb
+    "f3 6c": True,            # rep insb
+    "f3 6f": True,            # rep outsl
+    "66 f3 ab": True,         # rep stosw (operand size before REP)
+    "f3 ac": True,            # rep lodsb
+    "aa": False,              # stos without REP: one execution
+    "a4": False,
+    "f3 90": False,           # pause
+    "f3 c3": False,           # rep ret
+    "f3 0f bc c0": False,     # tzcnt
+    "f3 0f b8 c0": False,     # popcnt
+    "f3 0f 1e fa": False,     # endbr64
+    "f3 a8 01": False,        # test $1,%al (A8: not a string instruction)
+    "c5 f9 6f c1": False,     # vmovdqa (VEX, not a prefix)
+    "f3": False,              # prefixes alone
+}
+
+
+@pytest.fixture(scope="module")
+def predicates():
+    lib = ctypes.CDLL(str(insnclass.build(decoder_only=True)))
+    for fn in (lib.insnclass_is_rep_string, lib.insnclass_is_idle):
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+
+    def check(name: str, hexbytes: str) -> bool:
+        data = bytes.fromhex(hexbytes)
+        return bool(getattr(lib, name)(data, len(data)))
+    return check
+
+
+@pytest.mark.parametrize("hexbytes,rep", REP_CASES.items())
+def test_rep_string_instructions_are_told_apart(predicates, hexbytes, rep):
+    assert predicates("insnclass_is_rep_string", hexbytes) is rep
+
+
+@pytest.mark.parametrize("hexbytes,idle", {"f4": True, "f3 f4": True, "0f 01 c9": True, "0f 01 c8": False,
+                                           "f3 90": False, "90": False}.items())
+def test_idle_instructions_are_hlt_and_mwait(predicates, hexbytes, idle):
+    assert predicates("insnclass_is_idle", hexbytes) is idle

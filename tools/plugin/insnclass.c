@@ -291,6 +291,47 @@ struct insn_kind insnclass_decode(const uint8_t *d, size_t len)
 	}
 }
 
+/* The legacy prefixes and REX: how many bytes of D they take, and whether
+ * F2 or F3 (REPNE, REP) was among them */
+static size_t skip_prefixes(const uint8_t *d, size_t len, int *rep_prefix)
+{
+	size_t i = 0;
+
+	*rep_prefix = 0;
+	while (i < len && (d[i] == 0x66 || d[i] == 0x67 || d[i] == 0xf2 || d[i] == 0xf3 || d[i] == 0xf0 ||
+			   d[i] == 0x2e || d[i] == 0x3e || d[i] == 0x26 || d[i] == 0x36 || d[i] == 0x64 ||
+			   d[i] == 0x65 || (d[i] & 0xf0) == 0x40)) {
+		if (d[i] == 0xf2 || d[i] == 0xf3)
+			*rep_prefix = 1;
+		i++;
+	}
+	return i;
+}
+
+/* INS, OUTS (6C-6F), MOVS, CMPS (A4-A7), STOS, LODS, SCAS (AA-AF) with a
+ * REP, REPE or REPNE prefix: QEMU executes each iteration as one
+ * instruction */
+int insnclass_is_rep_string(const uint8_t *d, size_t len)
+{
+	int rep_prefix;
+	size_t i = skip_prefixes(d, len, &rep_prefix);
+
+	if (!rep_prefix || i >= len)
+		return 0;
+	return (d[i] >= 0x6c && d[i] <= 0x6f) || (d[i] >= 0xa4 && d[i] <= 0xa7) || (d[i] >= 0xaa && d[i] <= 0xaf);
+}
+
+/* HLT (F4) or MWAIT (0F 01 C9), after legacy prefixes: where the vCPU idles */
+int insnclass_is_idle(const uint8_t *d, size_t len)
+{
+	int rep_prefix;
+	size_t i = skip_prefixes(d, len, &rep_prefix);
+
+	if (i < len && d[i] == 0xf4)
+		return 1;
+	return i + 2 < len && d[i] == 0x0f && d[i + 1] == 0x01 && d[i + 2] == 0xc9;
+}
+
 #ifndef INSNCLASS_DECODER_ONLY
 #include "qemu-plugin-api.h"
 
@@ -541,47 +582,6 @@ static void on_rep(unsigned int index, void *udata)
 	__atomic_fetch_add(&reps, 1, __ATOMIC_RELAXED);
 }
 
-/* The legacy prefixes and REX: how many bytes of D they take, and whether
- * F2 or F3 (REPNE, REP) was among them */
-static size_t skip_prefixes(const uint8_t *d, size_t len, int *rep_prefix)
-{
-	size_t i = 0;
-
-	*rep_prefix = 0;
-	while (i < len && (d[i] == 0x66 || d[i] == 0x67 || d[i] == 0xf2 || d[i] == 0xf3 || d[i] == 0xf0 ||
-			   d[i] == 0x2e || d[i] == 0x3e || d[i] == 0x26 || d[i] == 0x36 || d[i] == 0x64 ||
-			   d[i] == 0x65 || (d[i] & 0xf0) == 0x40)) {
-		if (d[i] == 0xf2 || d[i] == 0xf3)
-			*rep_prefix = 1;
-		i++;
-	}
-	return i;
-}
-
-/* INS, OUTS (6C-6F), MOVS, CMPS (A4-A7), STOS, LODS, SCAS (AA-AF) with a
- * REP, REPE or REPNE prefix: QEMU executes each iteration as one
- * instruction */
-static int is_rep_string(const uint8_t *d, size_t len)
-{
-	int rep_prefix;
-	size_t i = skip_prefixes(d, len, &rep_prefix);
-
-	if (!rep_prefix || i >= len)
-		return 0;
-	return (d[i] >= 0x6c && d[i] <= 0x6f) || (d[i] >= 0xa4 && d[i] <= 0xa7) || (d[i] >= 0xaa && d[i] <= 0xaf);
-}
-
-/* HLT (F4) or MWAIT (0F 01 C9), after legacy prefixes: where the vCPU idles */
-static int is_idle_insn(const uint8_t *d, size_t len)
-{
-	int rep_prefix;
-	size_t i = skip_prefixes(d, len, &rep_prefix);
-
-	if (i < len && d[i] == 0xf4)
-		return 1;
-	return i + 2 < len && d[i] == 0x0f && d[i + 1] == 0x01 && d[i + 2] == 0xc9;
-}
-
 static void watch_points(struct qemu_plugin_insn *insn, const uint8_t *data, size_t size, uint64_t left)
 {
 	uint64_t vaddr = qemu_plugin_insn_vaddr(insn);
@@ -590,9 +590,9 @@ static void watch_points(struct qemu_plugin_insn *insn, const uint8_t *data, siz
 		if (points[k].vaddr == vaddr)
 			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_point, QEMU_PLUGIN_CB_NO_REGS,
 							       (void *)(uintptr_t)(k | left << UD_LEFT_SHIFT));
-	if (is_idle_insn(data, size))
+	if (insnclass_is_idle(data, size))
 		qemu_plugin_register_vcpu_insn_exec_cb(insn, on_halt, QEMU_PLUGIN_CB_NO_REGS, NULL);
-	else if (is_rep_string(data, size))
+	else if (insnclass_is_rep_string(data, size))
 		qemu_plugin_register_vcpu_insn_exec_cb(insn, on_rep, QEMU_PLUGIN_CB_NO_REGS, NULL);
 }
 
@@ -847,7 +847,8 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
 		return -1;
 	}
 	if (profile && nvcpus != 1) {
-		fprintf(stderr, "insnclass: profile=on needs one vCPU (-smp 1), not %u\n", nvcpus);
+		fprintf(stderr, "insnclass: profile=%s needs one vCPU (-smp 1), not %u\n",
+			profile == PROFILE_POINTS ? "points" : "on", nvcpus);
 		return -1;
 	}
 	vcpus = calloc(nvcpus, sizeof(*vcpus));

@@ -84,5 +84,10 @@ struct insn_kind {
 /* Decode the bytes of one 64-bit-mode instruction (len: its length). */
 struct insn_kind insnclass_decode(const uint8_t *d, size_t len);
 const char *insnclass_name(enum insn_class c);
+/* HLT or MWAIT: where the vCPU idles */
+int insnclass_is_idle(const uint8_t *d, size_t len);
+/* a REP, REPE or REPNE string instruction (INS, OUTS, MOVS, CMPS, STOS,
+ * LODS, SCAS): QEMU executes each iteration as one instruction */
+int insnclass_is_rep_string(const uint8_t *d, size_t len);
 
 #endif

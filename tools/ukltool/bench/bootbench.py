@@ -335,7 +335,7 @@ class Timeline:
     reply_ns: int | None = None
     reply_wall_ms: float | None = None
     phases: dict[str, int] = field(default_factory=dict)   # instructions from each point to the next
-    rep_iterations: int = 0           # of the instructions to main(): REP string iterations
+    rep_executions: int | None = None  # of the instructions to main(): REP string instructions' executions
     exact: bool = True
     notes: list[str] = field(default_factory=list)
 
@@ -361,7 +361,7 @@ def timeline(hits: list[Hit | None], stamp_tsc: int | None, reply_tsc: int | Non
     phases = {f"{POINTS[k]}..{POINTS[k + 1]}": h2.insns - h1.insns
               for k, (h1, h2) in enumerate(zip(hits, hits[1:], strict=False)) if h1 and h2}
     t = Timeline(main.insns - setup.insns, None, (main.wall_ns - setup.wall_ns) / 1e6, None, phases=phases,
-                 rep_iterations=main.reps - setup.reps)
+                 rep_executions=None if main.reps is None or setup.reps is None else main.reps - setup.reps)
     reply = hits[5] if len(hits) > 5 else None
     if reply is not None:
         t.reply_instructions = reply.insns - setup.insns
@@ -466,9 +466,9 @@ class Row:
     # --by-function: per span from the kernel's entry on ("kernel..init", ...),
     # the functions with the most instructions, then "(other functions: N)"
     functions: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
-    # of boot_to_main_instructions, the iterations of REP string instructions
+    # of boot_to_main_instructions, the executions of REP string instructions
     # (None: measured before the plugin counted them)
-    boot_to_main_rep_iterations: int | None = None
+    boot_to_main_rep_executions: int | None = None
 
 
 @dataclass
@@ -563,6 +563,27 @@ def span_functions(entries: list[insnclass.ProfileEntry], name: Callable[[int], 
     return out
 
 
+def physical_names(vmlinux: Path, name: Callable[[int], str]) -> Callable[[int], str]:
+    """NAME, also for the kernel's code run at its physical addresses
+    (startup_64 before it switches to the kernel mapping): vmlinux's
+    segments give each its physical and virtual address."""
+    spans: list[tuple[int, int, int]] = []
+    try:
+        with vmlinux.open("rb") as f:
+            for seg in ELFFile(f).iter_segments():
+                if seg["p_type"] == "PT_LOAD" and seg["p_vaddr"] >= insnprofile.KERNEL_HALF:
+                    spans.append((seg["p_paddr"], seg["p_paddr"] + seg["p_memsz"], seg["p_vaddr"] - seg["p_paddr"]))
+    except (OSError, ELFError) as e:
+        raise UklError(f"cannot read {vmlinux}'s program headers: {e}", "rebuild the kernel") from None
+
+    def named(addr: int) -> str:
+        for lo, hi, delta in spans:
+            if lo <= addr < hi:
+                return name(addr + delta)
+        return name(addr)
+    return named
+
+
 def profile_boot(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: int, timeout: float,
                  how: Boot) -> dict[str, list[tuple[str, int]]]:
     """One more boot, with the plugin profiling each span by function (a
@@ -581,7 +602,8 @@ def profile_boot(outdir: Path, man: image.Manifest, t: Target, icount: bool, mem
         raise UklError(f"{t.label} under '{man.config}' did not boot to the end while profiled (status {res.code})",
                        f"see {log}")
     entries = insnclass.read_report(report, profile=True).profile or []
-    return span_functions(entries, insnprofile.load_symbols(man.vmlinux_path()).name, len(points))
+    vmlinux = man.vmlinux_path()
+    return span_functions(entries, physical_names(vmlinux, insnprofile.load_symbols(vmlinux).name), len(points))
 
 
 def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, mem_range: tuple[int, int] | None,
@@ -606,8 +628,9 @@ def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, 
         compressed = bzimage.compression((out / "bzImage").read_bytes(), str(out / "bzImage"))
         sizes = image_sizes(out, man.vmlinux_path())
         if how.direct:
-            # What the VMM loads: the uncompressed kernel, and the initramfs
-            sizes.kernel_bytes = len(bzimage.direct_kernel((out / "bzImage").read_bytes(), str(out / "bzImage"))[0])
+            # What the VMM loads: the uncompressed kernel's segments, and the initramfs
+            elf = bzimage.direct_kernel((out / "bzImage").read_bytes(), str(out / "bzImage"))[0]
+            sizes.kernel_bytes = bzimage.loaded_bytes(elf, f"{out / 'bzImage'}'s kernel")
         if not how.initramfs:
             if man.user_files or man.userspace:
                 raise UklError(f"{boot}: {t.label} carries files only an initramfs holds",
@@ -638,7 +661,7 @@ def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, 
                sizes.initramfs_bytes, sizes.text_bytes, sizes.data_bytes, sizes.bss_bytes, memory, first.ns,
                first.instructions, first.wall_ms, first.clock_offset_ns, first.reply_ns, first.reply_instructions,
                first.reply_wall_ms, least, trials, [r.instructions for r in runs], first.phases, first.exact, notes,
-               boot, compressed, "Os" if optimize == "size" else "O2", functions, first.rep_iterations)
+               boot, compressed, "Os" if optimize == "size" else "O2", functions, first.rep_executions)
 
 
 def run(apps: list[str], configs: list[str], icount: bool, repeat: int, mem_range: tuple[int, int], steps: int,
@@ -866,19 +889,20 @@ def markdown(report: Report, plot_file: Path | None, md_file: Path | None = None
     lines += ["", "## Where the instructions go", "",
               "Instructions from each point to the next: the kernel's real-mode setup entry (`setup`), the "
               "decompressor (`decompressor`), vmlinux's entry (`kernel`), init's stamp just before it starts "
-              "the application (`init`), `main()`, and a server's first answer (`reply`). QEMU executes, and "
-              "`-icount` counts, each iteration of a REP-prefixed string instruction (`rep stosb`, `rep movsb`) "
-              "as one instruction, so the column of REP iterations is the part of the boot to `main()` that a "
-              "real CPU does many times faster (16 or more bytes a cycle): clearing the kernel's 1-4 MB bss, "
-              "for one, is a `rep stosb` of that many iterations.", ""]
+              "the application (`init`), `main()`, and a server's first answer (`reply`). QEMU 7.2 executes, "
+              "and `-icount` counts, each iteration of a REP-prefixed string instruction (`rep stosb`, "
+              "`rep movsb`) as one instruction, and once more to find the count spent, so the column of REP "
+              "string executions is the part of the boot to `main()` that a real CPU does many times faster "
+              "(16 or more bytes a cycle): clearing the kernel's 1-4 MB bss, for one, is a `rep stosb` of that "
+              "many iterations (where the compiler inlines it so; a KASAN kernel calls an unrolled loop).", ""]
     phase_names = list(dict.fromkeys(p for r in report.rows for p in r.phases))
     lines += ["| app | config | boot | kernel | " + " | ".join(phase_names)
-              + " | of setup..main: REP string iterations | TSC - instructions at init's stamp (ns) | -m MiB |",
+              + " | of setup..main: REP string executions | TSC - instructions at init's stamp (ns) | -m MiB |",
               "|---|---|---|---|" + "---|" * (len(phase_names) + 3)]
     for r in report.rows:
         lines.append(f"| {r.app} | {r.config} | {r.boot} | {kernel_cell(r)} | "
                      + " | ".join(millions(r.phases.get(p)) for p in phase_names)
-                     + f" | {millions(r.boot_to_main_rep_iterations)}"
+                     + f" | {millions(r.boot_to_main_rep_executions)}"
                      + f" | {'-' if r.clock_offset_ns is None else r.clock_offset_ns} | {r.memory_mib} |")
     offsets = [abs(r.clock_offset_ns) for r in report.rows if r.clock_offset_ns is not None and r.clock_offset_ns < 0]
     if offsets:
@@ -898,7 +922,8 @@ def markdown(report: Report, plot_file: Path | None, md_file: Path | None = None
               "came without the APIC timer). Direct boot loads the uncompressed "
               "kernel (the bzImage's payload, an ELF file with 2 MiB-aligned segments) and jumps to its PVH "
               "entry: no decompression, and under microvm qboot's minimal firmware instead of SeaBIOS; the "
-              "image bytes of such a row are that file's and the initramfs's.", "",
+              "image bytes of such a row are that file's loadable segments' (not the holes their alignment "
+              "leaves in the file) and the initramfs's.", "",
               "| boot | what |", "|---|---|", *[f"| {b} | {BOOTS[b].what if b in BOOTS else '-'} |" for b in used]]
     goals = [g for g in load_targets() if any(r.specialized and r.app == g.app for r in report.rows)]
     if goals:
@@ -914,17 +939,27 @@ def markdown(report: Report, plot_file: Path | None, md_file: Path | None = None
 
 def function_table(r: Row, keep: int = PROFILE_KEEP) -> list[str]:
     """One row's profile: the KEEP functions with the most instructions
-    over its spans, one column per span, then the rest and the total."""
+    over its spans, one column per span, then the rest and the total. A
+    function a span did not list (past its own KEEP) shows as below the
+    least it listed; "-" is none at all."""
     spans = list(r.functions)
     per = {span: dict(fns) for span, fns in r.functions.items()}
     totals = {span: sum(fns.values()) for span, fns in per.items()}
-    named = {fn for fns in per.values() for fn in fns if not fn.startswith("(other functions")}
+    other = "(other functions"
+    named = {fn for fns in per.values() for fn in fns if not fn.startswith(other)}
+    least = {span: min((n for fn, n in fns.items() if not fn.startswith(other)), default=0)
+             for span, fns in per.items() if any(fn.startswith(other) for fn in fns)}
     order = sorted(named, key=lambda fn: (-sum(per[s].get(fn, 0) for s in spans), fn))[:keep]
 
     def cell(n: int) -> str:
         return "-" if n == 0 else f"{n / 1e6:.2f}"
+
+    def value(span: str, fn: str) -> str:
+        if fn not in per[span] and span in least:
+            return f"< {least[span] / 1e6:.2f}"
+        return cell(per[span].get(fn, 0))
     out = ["| function | " + " | ".join(spans) + " |", "|---|" + "---:|" * len(spans)]
-    out += [f"| `{fn}` | " + " | ".join(cell(per[s].get(fn, 0)) for s in spans) + " |" for fn in order]
+    out += [f"| `{fn}` | " + " | ".join(value(s, fn) for s in spans) + " |" for fn in order]
     out.append("| (the other functions) | "
                + " | ".join(cell(totals[s] - sum(per[s].get(fn, 0) for fn in order)) for s in spans) + " |")
     out.append("| total | " + " | ".join(cell(totals[s]) for s in spans) + " |")
@@ -941,7 +976,9 @@ def function_sections(report: Report) -> list[str]:
              "more boot of the row's image, with our QEMU plugin's profile=points, which counts each executed "
              "translation block in the span it began in; a block is counted whole, and the block holding a "
              "point in the span before it). Functions are named by vmlinux's symbol table (a UKL application's "
-             "carry the `ukl_` prefix); `(user space)` is init, or the application under `linux`."]
+             "carry the `ukl_` prefix), also where the kernel runs at its physical addresses; `(user space)` "
+             "is init, or the application under `linux`. Each span keeps its own "
+             f"{PROFILE_KEEP} functions with the most instructions: `< N` is a function below them there."]
     for r in profiled:
         lines += ["", f"### {r.app}, {r.config}, {r.boot}, -m {r.memory_mib}", "", *function_table(r)]
     return lines
@@ -971,7 +1008,7 @@ METHOD = f"""* **Time origin: the kernel's first instruction**, the real-mode se
   instructions). The instruction columns are the plugin's counts, high by up to that overcount.
   Guest time counts instructions, not cycles: a privileged instruction that takes hundreds of cycles
   counts one, and each iteration of a REP string instruction counts one (the plugin counts those
-  iterations separately, "REP string iterations" above).
+  executions separately, "REP string executions" above).
 * **First reply** (servers: recipes with a `[netbench]` or `[tests]` probe): a prober forked by init
   (`ukl_probe=PORT:HEX`) connects to 127.0.0.1:PORT, retrying every {PROBE_INTERVAL_NS // 1000} us of guest time
   until the server listens, sends the recipe's probe, and reads the TSC when the first byte of the answer

@@ -111,6 +111,17 @@ def pvh_entry(elf: bytes) -> int | None:
     return None
 
 
+def loaded_bytes(elf: bytes, source: str = "vmlinux") -> int:
+    """The bytes a loader reads from an ELF file: its PT_LOAD segments'
+    file sizes (vmlinux's 2 MiB-aligned segments leave holes in the file
+    that no loader reads)."""
+    try:
+        return sum(seg["p_filesz"] for seg in ELFFile(io.BytesIO(elf)).iter_segments()
+                   if seg["p_type"] == "PT_LOAD")
+    except ELFError as e:
+        raise UklError(f"cannot read {source}'s program headers: {e}", "rebuild the image") from None
+
+
 def direct_kernel(bzimage: bytes, source: str = "bzImage") -> tuple[bytes, int]:
     """The ELF vmlinux a PVH loader boots, and its entry; a clear error for a
     kernel built without CONFIG_PVH."""

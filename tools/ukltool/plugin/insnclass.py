@@ -66,14 +66,15 @@ class RegionCounts:
 @dataclass
 class Hit:
     """A boot point's first execution (the plugin run with at=...):
-    instructions, idle instructions and REP string iterations before it,
-    and the host's clock then
+    instructions, idle instructions and REP string instructions'
+    executions (QEMU 7.2 executes such an instruction once per iteration and
+    once more to find the count spent) before it, and the host's clock then
     (ns since QEMU loaded the plugin). None in a report's points: never
     reached."""
     insns: int
     halts: int
     wall_ns: int
-    reps: int = 0   # REP string instructions' iterations before it (0 in reports older than the count)
+    reps: int | None = None   # REP string instructions' executions before it (None: an older plugin's report)
 
 
 # One row of the report's "profile" (written with profile=on): a region, how
@@ -130,7 +131,7 @@ def _points(data: dict[str, Any], source: str) -> list[Hit | None]:
     """The "points" list of a report written with at=... (ukl bench boot)."""
     try:
         return [None if p["insns"] is None else Hit(int(p["insns"]), int(p["halts"]), int(p["wall_ns"]),
-                                                    int(p.get("reps") or 0))
+                                                    None if p.get("reps") is None else int(p["reps"]))
                 for p in data["points"]]
     except (ValueError, KeyError, TypeError) as e:
         raise UklError(f"cannot read the boot points in {source}: {e}",
