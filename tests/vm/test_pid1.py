@@ -31,6 +31,19 @@ def test_hello_is_pid_1_with_its_arguments(outdir):
     assert_clean(out / "console.log")
 
 
+@pytest.mark.parametrize("machine", ["pc", "microvm"])
+def test_the_debug_kernel_boots_direct(outdir, machine):
+    # KASAN, lockdep and the rest through the PVH entry (kernel patch 0043:
+    # the entry code runs before KASAN's shadow is mapped), as PID 1 and
+    # under init
+    out = build(REPO / "examples" / "hello" / "hello.c", "base-debug", outdir / "hello-debug-direct")
+    for pid1 in ([], ["--pid1"]):
+        res = ukl("run", out, *pid1, "--machine", machine, "--direct", "--", "x")
+        assert res.returncode == 0, res.stdout[-3000:]
+        assert "running in ring 0" in res.stdout and "argv[1] = x" in res.stdout
+        assert_clean(out / "console.log")
+
+
 @pytest.mark.parametrize("args,status", [(["exit", "3"], 3), (["segv"], 139), (["abort"], 134)])
 def test_status_and_fatal_signals_as_under_init(basics, args, status):
     res = ukl("run", basics, "--pid1", "--", *args)
