@@ -955,7 +955,8 @@ def function_table(r: Row, keep: int = PROFILE_KEEP) -> list[str]:
         return "-" if n == 0 else f"{n / 1e6:.2f}"
 
     def value(span: str, fn: str) -> str:
-        if fn not in per[span] and span in least:
+        # below what the table shows (0.005 M) either way: "-"
+        if fn not in per[span] and least.get(span, 0) >= 5000:
             return f"< {least[span] / 1e6:.2f}"
         return cell(per[span].get(fn, 0))
     out = ["| function | " + " | ".join(spans) + " |", "|---|" + "---:|" * len(spans)]
@@ -978,7 +979,8 @@ def function_sections(report: Report) -> list[str]:
              "point in the span before it). Functions are named by vmlinux's symbol table (a UKL application's "
              "carry the `ukl_` prefix), also where the kernel runs at its physical addresses; `(user space)` "
              "is init, or the application under `linux`. Each span keeps its own "
-             f"{PROFILE_KEEP} functions with the most instructions: `< N` is a function below them there."]
+             f"{PROFILE_KEEP} functions with the most instructions: `< N` is a function below them there; "
+             "`-` is none, or under 0.005 M."]
     for r in profiled:
         lines += ["", f"### {r.app}, {r.config}, {r.boot}, -m {r.memory_mib}", "", *function_table(r)]
     return lines
