@@ -309,7 +309,7 @@ def test_timeline_of_the_application_as_pid_1():
 
 def test_points_carry_the_rep_string_executions():
     # the plugin counts REP string executions before each point; older
-    # reports lack them (0)
+    # reports lack them (None: unknown) (0)
     report = {"plugin": "insnclass", "format": 1, "points": [{"vaddr": 1, "insns": 10, "halts": 0, "reps": 0,
                                                               "wall_ns": 1},
                          {"vaddr": 2, "insns": 20, "halts": 0, "reps": 0, "wall_ns": 2},
@@ -348,6 +348,11 @@ def test_span_functions_rank_each_span_from_the_kernels_entry():
     assert spans["init..main"] == [("delay_tsc", 4)]
     kept = bootbench.span_functions(entries, fake_symbols, len(bootbench.POINTS) - 1, keep=2)
     assert kept["kernel..init"] == [("clear_bss", 2001), ("delay_tsc", 30), ("(other functions: 2)", 19)]
+    # a function in one span's first KEEP is counted exactly in every span
+    entries += [(k + 2, 1, (clear,)), (k + 2, 3, (other,))]
+    one = bootbench.span_functions(entries, fake_symbols, len(bootbench.POINTS) - 1, keep=1)
+    assert one["kernel..init"] == [("clear_bss", 2001), ("delay_tsc", 30), ("(other functions: 2)", 19)]
+    assert one["init..main"] == [("delay_tsc", 4), ("clear_bss", 1), ("(other functions: 1)", 3)]
 
 
 def test_function_table_sums_what_it_does_not_list():
@@ -356,11 +361,9 @@ def test_function_table_sums_what_it_does_not_list():
                                         "init..main": [("delay_tsc", 500_000), ("exec", 250_000)]},
             boot_to_main_rep_executions=4_100_000)
     table = bootbench.function_table(r, keep=2)
-    # kernel..init listed its first functions only: clear_bss is there,
-    # exec is below its least (2.00); init..main listed all of its own
     assert table[2:] == ["| `clear_bss` | 4.00 | - |", "| `delay_tsc` | 2.00 | 0.50 |",
                          "| (the other functions) | 1.00 | 0.25 |", "| total | 7.00 | 0.75 |"]
-    assert bootbench.function_table(r, keep=3)[4] == "| `exec` | < 2.00 | 0.25 |"
+    assert bootbench.function_table(r, keep=3)[4] == "| `exec` | - | 0.25 |"
     md = bootbench.markdown(bootbench.Report(True, "m", "q", (8, 1024), 6, [r, row("hello", "linux")]), None)
     assert "## Where the boot goes, by function" in md and "### hello, base, pc-plain, -m 1024" in md
     assert "### hello, linux" not in md                     # a row without a profile has no table
@@ -403,3 +406,13 @@ def test_code_run_at_physical_addresses_is_named_by_its_kernel_symbol(tmp_path):
     named = bootbench.physical_names(vmlinux, fake_symbols)
     assert named(0x1000004) == "clear_bss" and named(0xffffffff81000010) == "delay_tsc"
     assert named(0x400000) == "(user space)"                  # below the kernel: init
+
+
+def test_a_profile_that_does_not_add_up_is_an_error():
+    hits = [Hit(0, 0, 0, 0), Hit(0, 0, 0, 0), Hit(100, 0, 0, 0), Hit(50_100, 0, 0, 0), Hit(70_100, 0, 0, 0)]
+    good = {"kernel..init": [("a", 49_000), ("(other functions: 2)", 1_000)], "init..main": [("b", 20_000)]}
+    bootbench.check_profile(good, hits, "log")
+    with pytest.raises(UklError, match="the profile of init..main counts 0 instructions, the points 20,000"):
+        bootbench.check_profile({"kernel..init": good["kernel..init"]}, hits, "log")
+    with pytest.raises(UklError, match="never reached main"):
+        bootbench.check_profile(good, [*hits[:4], None], "log")

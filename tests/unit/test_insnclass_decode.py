@@ -199,6 +199,7 @@ REP_CASES = {
     "f3 0f b8 c0": False,     # popcnt
     "f3 0f 1e fa": False,     # endbr64
     "f3 a8 01": False,        # test $1,%al (A8: not a string instruction)
+    "f3 0f 6f c1": False,     # movdqu (F3, then the 0F escape)
     "c5 f9 6f c1": False,     # vmovdqa (VEX, not a prefix)
     "f3": False,              # prefixes alone
 }

@@ -33,6 +33,8 @@ def test_hello_specialized_boots_and_lacks_what_it_does_not_use(outdir):
                 "CONFIG_SYSFS"):
         assert opt not in wanted, opt
     assert wanted["CONFIG_UNIKERNEL_LINUX"] == "y"
+    # what -M microvm's console needs (its serial ports' interrupts from the DSDT)
+    assert wanted["CONFIG_PCI"] == wanted["CONFIG_SERIAL_8250_PNP"] == "y"
     assert "set_robust_list" in report["syscalls"] and "CONFIG_FUTEX" in report["options"]
 
     res = ukl("run", out, "--", "from", "the", "host")

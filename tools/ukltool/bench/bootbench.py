@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from elftools.common.exceptions import ELFError
-from elftools.elf.constants import SH_FLAGS
+from elftools.elf.constants import P_FLAGS, SH_FLAGS
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 from rich.table import Table
@@ -548,18 +548,20 @@ def span_functions(entries: list[insnclass.ProfileEntry], name: Callable[[int], 
                    keep: int = PROFILE_KEEP) -> dict[str, list[tuple[str, int]]]:
     """The plugin's profile=points entries (region k: the blocks that began
     after point k-1 and before point k) as, per span from the kernel's
-    entry on, its KEEP functions with the most instructions and then the
-    rest together. Addresses in the lower half are user space's (init, or
-    the application under `linux`)."""
+    entry on, the exact count of every function among any span's KEEP
+    with the most instructions, then the rest together. Addresses in the
+    lower half are user space's (init, or the application under
+    `linux`)."""
+    spans = {f"{POINTS[k - 1]}..{POINTS[k]}": {fn: int(n) for fn, n in
+                                               insnprofile.per_function(entries, k, 1, name).items()}
+             for k in range(PROFILED_FROM + 1, npoints)}
+    spans = {span: per for span, per in spans.items() if per}
+    shown = {fn for per in spans.values() for fn in list(per)[:keep]}   # per_function ranks them
     out: dict[str, list[tuple[str, int]]] = {}
-    for k in range(PROFILED_FROM + 1, npoints):
-        per = insnprofile.per_function(entries, k, 1, name)
-        if not per:
-            continue
-        ranked = [(fn, int(n)) for fn, n in per.items()]
-        rest = ranked[keep:]
-        out[f"{POINTS[k - 1]}..{POINTS[k]}"] = ranked[:keep] + (
-            [(f"(other functions: {len(rest)})", sum(n for _, n in rest))] if rest else [])
+    for span, per in spans.items():
+        listed = [(fn, n) for fn, n in per.items() if fn in shown]
+        rest = [n for fn, n in per.items() if fn not in shown]
+        out[span] = listed + ([(f"(other functions: {len(rest)})", sum(rest))] if rest else [])
     return out
 
 
@@ -571,7 +573,10 @@ def physical_names(vmlinux: Path, name: Callable[[int], str]) -> Callable[[int],
     try:
         with vmlinux.open("rb") as f:
             for seg in ELFFile(f).iter_segments():
-                if seg["p_type"] == "PT_LOAD" and seg["p_vaddr"] >= insnprofile.KERNEL_HALF:
+                # the kernel's code only (a linux application's text never
+                # reaches the kernel's 16 MiB; init is at 256 MiB)
+                if seg["p_type"] == "PT_LOAD" and seg["p_vaddr"] >= insnprofile.KERNEL_HALF \
+                        and seg["p_flags"] & P_FLAGS.PF_X:
                     spans.append((seg["p_paddr"], seg["p_paddr"] + seg["p_memsz"], seg["p_vaddr"] - seg["p_paddr"]))
     except (OSError, ELFError) as e:
         raise UklError(f"cannot read {vmlinux}'s program headers: {e}", "rebuild the kernel") from None
@@ -601,9 +606,27 @@ def profile_boot(outdir: Path, man: image.Manifest, t: Target, icount: bool, mem
     if res.failures or res.timed_out or not report.is_file():
         raise UklError(f"{t.label} under '{man.config}' did not boot to the end while profiled (status {res.code})",
                        f"see {log}")
-    entries = insnclass.read_report(report, profile=True).profile or []
+    read = insnclass.read_report(report, profile=True, points=True)
+    entries, hits = read.profile or [], read.points or []
     vmlinux = man.vmlinux_path()
-    return span_functions(entries, physical_names(vmlinux, insnprofile.load_symbols(vmlinux).name), len(points))
+    spans = span_functions(entries, physical_names(vmlinux, insnprofile.load_symbols(vmlinux).name), len(points))
+    check_profile(spans, hits, str(log))
+    return spans
+
+
+def check_profile(spans: dict[str, list[tuple[str, int]]], hits: list[Hit | None], where: str) -> None:
+    """Each span's functions add up to its instructions between the points
+    (the blocks holding the points aside); a profile without them is
+    an error, not an empty table."""
+    for k in range(PROFILED_FROM + 1, len(hits)):
+        a, b = hits[k - 1], hits[k]
+        span = f"{POINTS[k - 1]}..{POINTS[k]}"
+        if a is None or b is None:
+            raise UklError(f"the profiled boot never reached {POINTS[k]}", f"see {where}")
+        counted = sum(n for _, n in spans.get(span, []))
+        if abs(counted - (b.insns - a.insns)) > 10_000:
+            raise UklError(f"the profile of {span} counts {counted:,} instructions, the points "
+                           f"{b.insns - a.insns:,}", "rebuild the QEMU plugin (tools/plugin/insnclass.c)")
 
 
 def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, mem_range: tuple[int, int] | None,
@@ -826,12 +849,14 @@ def kernel_cell(r: Row) -> str:
     return r.compression + ("" if r.optimize == "O2" else f" -{r.optimize}")
 
 
-def cells(r: Row) -> list[str]:
+def cells(r: Row, several_memories: bool = False) -> list[str]:
+    """A row of the main table; SEVERAL_MEMORIES: the report's rows boot
+    with different -m, said in the boot column."""
     memory = "-" if r.min_memory_mib is None else str(r.min_memory_mib)
     fails = [m for m, ok in r.memory_trials if not ok]
     if r.min_memory_mib is not None:
         memory += f" (fails at {max(fails)})" if fails else " (not bounded below)"
-    return [r.app, r.config, r.boot, kernel_cell(r),
+    return [r.app, r.config, f"{r.boot}, -m {r.memory_mib}" if several_memories else r.boot, kernel_cell(r),
             f"{mb(r.image_bytes)} ({mb(r.kernel_bytes)} + {mb(r.initramfs_bytes)})",
             f"{mb(r.text_bytes)} / {mb(r.data_bytes)} / {mb(r.bss_bytes)}",
             ms(r.boot_to_main_ns) + ("" if r.exact else " *"), millions(r.boot_to_main_instructions),
@@ -877,7 +902,8 @@ def markdown(report: Report, plot_file: Path | None, md_file: Path | None = None
              "",
              f"Machine: {report.machine}; {report.qemu}.", "",
              "| " + " | ".join(HEADINGS) + " |", "|" + "---|" * len(HEADINGS)]
-    lines += ["| " + " | ".join(cells(r)) + " |" for r in report.rows]
+    several = len({r.memory_mib for r in report.rows}) > 1
+    lines += ["| " + " | ".join(cells(r, several)) + " |" for r in report.rows]
     if any(r.optimize != "O2" for r in report.rows):
         lines += ["", "`-Os` after the compression: that kernel was compiled for size (`--optimize size`, "
                   "kernel/configs/optimize/size.config); the others with the configurations' -O2."]
@@ -919,7 +945,10 @@ def markdown(report: Report, plot_file: Path | None, md_file: Path | None = None
               "skips the local "
               "APIC timer's 100 ms calibration, which a CPU without the TSC deadline timer (TCG's) needs, and "
               "takes the ticks from the HPET (-M pc only: under microvm, which has no HPET, no timer interrupt "
-              "came without the APIC timer). Direct boot loads the uncompressed "
+              "came without the APIC timer). `pmtmr=0` leaves the kernel no ACPI PM timer, so it skips that "
+              "timer's 4.5 ms check of busy waits; passed only with `noapictimer`, since the APIC timer's "
+              "calibration checks itself against the PM timer and without one for 100 ms more against the "
+              "jiffies. Direct boot loads the uncompressed "
               "kernel (the bzImage's payload, an ELF file with 2 MiB-aligned segments) and jumps to its PVH "
               "entry: no decompression, and under microvm qboot's minimal firmware instead of SeaBIOS; the "
               "image bytes of such a row are that file's loadable segments' (not the holes their alignment "
@@ -939,28 +968,21 @@ def markdown(report: Report, plot_file: Path | None, md_file: Path | None = None
 
 def function_table(r: Row, keep: int = PROFILE_KEEP) -> list[str]:
     """One row's profile: the KEEP functions with the most instructions
-    over its spans, one column per span, then the rest and the total. A
-    function a span did not list (past its own KEEP) shows as below the
-    least it listed; "-" is none at all."""
+    over its spans, one column per span, then the rest and the total
+    (spans saved before span_functions listed the same functions in each
+    may leave a function out of one: shown as "-", counted in the rest)."""
     spans = list(r.functions)
     per = {span: dict(fns) for span, fns in r.functions.items()}
     totals = {span: sum(fns.values()) for span, fns in per.items()}
     other = "(other functions"
     named = {fn for fns in per.values() for fn in fns if not fn.startswith(other)}
-    least = {span: min((n for fn, n in fns.items() if not fn.startswith(other)), default=0)
-             for span, fns in per.items() if any(fn.startswith(other) for fn in fns)}
     order = sorted(named, key=lambda fn: (-sum(per[s].get(fn, 0) for s in spans), fn))[:keep]
 
     def cell(n: int) -> str:
         return "-" if n == 0 else f"{n / 1e6:.2f}"
 
-    def value(span: str, fn: str) -> str:
-        # below what the table shows (0.005 M) either way: "-"
-        if fn not in per[span] and least.get(span, 0) >= 5000:
-            return f"< {least[span] / 1e6:.2f}"
-        return cell(per[span].get(fn, 0))
     out = ["| function | " + " | ".join(spans) + " |", "|---|" + "---:|" * len(spans)]
-    out += [f"| `{fn}` | " + " | ".join(value(s, fn) for s in spans) + " |" for fn in order]
+    out += [f"| `{fn}` | " + " | ".join(cell(per[s].get(fn, 0)) for s in spans) + " |" for fn in order]
     out.append("| (the other functions) | "
                + " | ".join(cell(totals[s] - sum(per[s].get(fn, 0) for fn in order)) for s in spans) + " |")
     out.append("| total | " + " | ".join(cell(totals[s]) for s in spans) + " |")
@@ -978,9 +1000,7 @@ def function_sections(report: Report) -> list[str]:
              "translation block in the span it began in; a block is counted whole, and the block holding a "
              "point in the span before it). Functions are named by vmlinux's symbol table (a UKL application's "
              "carry the `ukl_` prefix), also where the kernel runs at its physical addresses; `(user space)` "
-             "is init, or the application under `linux`. Each span keeps its own "
-             f"{PROFILE_KEEP} functions with the most instructions: `< N` is a function below them there; "
-             "`-` is none, or under 0.005 M."]
+             "is init, or the application under `linux`. `-` is none; 0.00 is under 0.005 M."]
     for r in profiled:
         lines += ["", f"### {r.app}, {r.config}, {r.boot}, -m {r.memory_mib}", "", *function_table(r)]
     return lines

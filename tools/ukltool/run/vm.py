@@ -157,7 +157,7 @@ def choose_accel(qemu: str, probe_kernel: Path, forced: str | None = None) -> st
 MACHINES = ("pc", "microvm")
 
 # What the guest can be told instead of measuring or checking at boot
-# (docs/results-boot.md measures each): the words, and when they apply.
+# (docs/results-boot-methods.md measures each): the words, and when they apply.
 #   no_timer_check: the IO-APIC timer check waits for timer ticks to see
 #     that the timer interrupt is routed; QEMU's routing is known good.
 #   noapictimer: the local APIC timer is calibrated against another clock
