@@ -181,7 +181,7 @@ MACHINES = ("pc", "microvm")
 #     against the PM timer, and without one runs 100 ms more to check
 #     itself against the jiffies (apic.c) -- 104 ms of guest time more
 #     with pmtmr=0 alone, 4.5 ms less with both (docs/results-boot-methods.md).
-#     Under microvm the boot stopped with its clock standing still.
+#     So not under microvm, which keeps the calibration.
 BOOT_SAVINGS = ("no_timer_check", "noapictimer", "random.trust_cpu=on", "pmtmr=0")
 
 
