@@ -513,26 +513,35 @@ def smoke_passes(outdir: Path, man: image.Manifest, t: Target, icount: bool, mem
     return all(line in text for line in expect)
 
 
-def measure(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: int,
-            timeout: float, run: int, how: Boot) -> Timeline:
-    """One boot with the plugin's points: to main(), and for a server to the
-    first answer to its probe (the prober then stops it)."""
+def points_boot(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: int, timeout: float,
+                how: Boot, log: Path, by_function: bool = False) -> tuple[insnclass.PluginReport, int]:
+    """One boot with the plugin's points (BY_FUNCTION: and its profile by
+    span): to main(), and for a server to the first answer to its probe
+    (the prober then stops it). The plugin's report, and how many points
+    it watched."""
     probe = server_probe(t.recipe)
     points = boot_points(outdir, man, probe is not None, how.direct, how.pid1)
-    report = outdir / "bootbench-points.json"
+    report = outdir / ("bootbench-profile.json" if by_function else "bootbench-points.json")
     report.unlink(missing_ok=True)
     append = [] if how.pid1 else [f"{STAMP_ENV}=1"]
     if probe is not None:
         append.append(f"{PROBE_ENV}={probe[0]}:{probe[1].hex()}")
-    log = outdir / f"boot-{run}.log"
     res = boot_once(outdir, man, icount, memory, timeout, append, None,
-                    [plugin_option(insnclass.build(), report, points)], log, how)
+                    [plugin_option(insnclass.build(), report, points, by_function)], log, how)
     if res.failures or res.timed_out or not report.is_file():
-        raise UklError(f"{t.label} under '{man.config}' did not boot to the end (status {res.code})", f"see {log}")
+        raise UklError(f"{t.label} under '{man.config}' did not boot to the end"
+                       + (" while profiled" if by_function else "") + f" (status {res.code})", f"see {log}")
+    return insnclass.read_report(report, profile=by_function, points=True), len(points)
+
+
+def measure(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: int,
+            timeout: float, run: int, how: Boot) -> Timeline:
+    """One boot timed to main() (and a server's first answer)."""
+    log = outdir / f"boot-{run}.log"
+    read, _ = points_boot(outdir, man, t, icount, memory, timeout, how, log)
     console = log.read_text(errors="replace")
-    tl = timeline(insnclass.read_report(report, points=True).points or [], console_tsc(console, "stamp"),
-                  console_tsc(console, "reply"), icount, how.pid1)
-    if probe is not None and tl.reply_instructions is None:
+    tl = timeline(read.points or [], console_tsc(console, "stamp"), console_tsc(console, "reply"), icount, how.pid1)
+    if server_probe(t.recipe) is not None and tl.reply_instructions is None:
         raise UklError(f"{t.label} under '{man.config}': no answer to its readiness probe", f"see {log}")
     return tl
 
@@ -593,24 +602,12 @@ def profile_boot(outdir: Path, man: image.Manifest, t: Target, icount: bool, mem
                  how: Boot) -> dict[str, list[tuple[str, int]]]:
     """One more boot, with the plugin profiling each span by function (a
     separate boot: the profile's callbacks slow the host, not the guest)."""
-    probe = server_probe(t.recipe)
-    points = boot_points(outdir, man, probe is not None, how.direct, how.pid1)
-    report = outdir / "bootbench-profile.json"
-    report.unlink(missing_ok=True)
-    append = [] if how.pid1 else [f"{STAMP_ENV}=1"]
-    if probe is not None:
-        append.append(f"{PROBE_ENV}={probe[0]}:{probe[1].hex()}")
     log = outdir / "boot-profile.log"
-    res = boot_once(outdir, man, icount, memory, timeout, append, None,
-                    [plugin_option(insnclass.build(), report, points, by_function=True)], log, how)
-    if res.failures or res.timed_out or not report.is_file():
-        raise UklError(f"{t.label} under '{man.config}' did not boot to the end while profiled (status {res.code})",
-                       f"see {log}")
-    read = insnclass.read_report(report, profile=True, points=True)
-    entries, hits = read.profile or [], read.points or []
+    read, npoints = points_boot(outdir, man, t, icount, memory, timeout, how, log, by_function=True)
     vmlinux = man.vmlinux_path()
-    spans = span_functions(entries, physical_names(vmlinux, insnprofile.load_symbols(vmlinux).name), len(points))
-    check_profile(spans, hits, str(log))
+    spans = span_functions(read.profile or [], physical_names(vmlinux, insnprofile.load_symbols(vmlinux).name),
+                           npoints)
+    check_profile(spans, read.points or [], str(log))
     return spans
 
 
