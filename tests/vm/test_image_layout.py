@@ -1,0 +1,144 @@
+"""What the kernel image holds and what boot does with it, checked against
+vmlinux itself: the ORC unwinder's fast lookup table, filled in one pass
+(kernel patch 0044) and read back from the running guest through QEMU's gdb
+stub, equals the binary searches it replaced; the 2 MiB paddings around
+the application's data are given back at boot (0046), and the kernel's
+.bss no longer ends in a 2 MiB pad for memory that is never decrypted
+(0045)."""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import re
+import socket
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
+
+from conftest import REPO, UKL, assert_clean, build, ukl
+from ukltool.util.paths import cache_dir
+
+PAGE = 4096
+PMD = 2 << 20
+LOOKUP_BLOCK = 256  # arch/x86/include/asm/orc_lookup.h
+
+
+@pytest.fixture(scope="module")
+def hello(outdir) -> Path:
+    return build(REPO / "examples" / "hello" / "hello.c", "base", outdir / "hello-layout")
+
+
+def vmlinux_of(image: Path) -> Path:
+    return cache_dir() / json.loads((image / "manifest.json").read_text())["vmlinux"]
+
+
+def symbols(elf: ELFFile, *names: str) -> dict[str, int]:
+    table = elf.get_section_by_name(".symtab")
+    assert isinstance(table, SymbolTableSection)
+    found = {}
+    for name in names:
+        syms = table.get_symbol_by_name(name)
+        assert syms, f"{name} is not in vmlinux"
+        found[name] = syms[0]["st_value"]
+    return found
+
+
+def expected_orc_lookup(vmlinux: Path) -> tuple[int, int, list[int]]:
+    """orc_lookup[]'s address and size, and its contents as the binary
+    search of unwind_init() before 0044 filled it: per 256-byte block of
+    text from _stext, and for _etext last, the index of the last entry of
+    the sorted .orc_unwind_ip at or below that address, else 0."""
+    with vmlinux.open("rb") as f:
+        elf = ELFFile(f)
+        sec = elf.get_section_by_name(".orc_unwind_ip")
+        assert sec is not None, "vmlinux has no ORC table"
+        data = sec.data()
+        base = sec["sh_addr"]
+        s = symbols(elf, "_stext", "_etext", "orc_lookup", "orc_lookup_end")
+    rel = struct.unpack(f"<{len(data) // 4}i", data)
+    ips = [base + 4 * i + r for i, r in enumerate(rel)]
+    assert ips == sorted(ips), "the ORC table is not sorted in vmlinux"
+    nblocks = (s["orc_lookup_end"] - s["orc_lookup"]) // 4
+    starts = [s["_stext"] + LOOKUP_BLOCK * i for i in range(nblocks - 1)] + [s["_etext"]]
+    table = [max(bisect.bisect_right(ips, ip) - 1, 0) for ip in starts]
+    return s["orc_lookup"], nblocks * 4, table
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_orc_lookup_table_is_what_the_binary_searches_found(hello, tmp_path):
+    vmlinux = vmlinux_of(hello)
+    addr, size, expected = expected_orc_lookup(vmlinux)
+    with vmlinux.open("rb") as f:
+        stop_at = symbols(ELFFile(f), "kernel_init")["kernel_init"]  # after unwind_init()
+    port = free_port()
+    env = dict(os.environ, UKL_QEMU_ARGS=f"-gdb tcp:127.0.0.1:{port} -S")
+    vm = subprocess.Popen([str(UKL), "run", str(hello), "--timeout", "300"], env=env, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    dump = tmp_path / "orc_lookup.bin"
+    try:
+        gdb = subprocess.run(
+            ["gdb", "-nx", "-batch", "-ex", "set architecture i386:x86-64",
+             "-ex", f"target remote 127.0.0.1:{port}", "-ex", f"hbreak *{stop_at:#x}", "-ex", "continue",
+             "-ex", f"dump binary memory {dump} {addr:#x} {addr + size:#x}", "-ex", "kill"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    finally:
+        vm.kill()
+        vm.communicate()
+    assert dump.exists(), gdb.stdout
+    got = list(struct.unpack(f"<{size // 4}I", dump.read_bytes()))
+    assert len(expected) > 1000 and len(set(expected)) > 1000, "too small a table to tell anything"
+    wrong = [i for i, (g, e) in enumerate(zip(got, expected, strict=True)) if g != e]
+    assert not wrong, f"{len(wrong)} of {len(expected)} blocks differ, first {wrong[0]}: " \
+                      f"{got[wrong[0]]} != {expected[wrong[0]]}"
+
+
+def test_the_paddings_around_the_application_data_are_freed(hello):
+    """ukl_init() frees the gap between the application's constants and its
+    data region, and the rest of the 2 MiB after its .bss, to the page;
+    the kernel's .bss ends at the page after its last object."""
+    res = ukl("run", hello, "--append", "ignore_loglevel", "--", "x")
+    assert res.returncode == 0, res.stdout
+    assert_clean(hello / "console.log")
+    log = (hello / "console.log").read_text(errors="replace")
+    with vmlinux_of(hello).open("rb") as f:
+        s = symbols(ELFFile(f), "__ukl_rodata_end", "__ukl_data_start", "__ukl_data_end", "__bss_stop",
+                    "__start_bss_decrypted", "__end_bss_decrypted")
+
+    def up(v: int, a: int) -> int:
+        return -(-v // a) * a
+
+    gap = s["__ukl_data_start"] - up(s["__ukl_rodata_end"], PAGE)
+    pad = up(s["__ukl_data_end"], PMD) - up(s["__ukl_data_end"], PAGE)
+    assert gap > 0 and pad > 0, s  # hello's data is far smaller than 2 MiB
+    freed = dict(re.findall(r"Freeing unused kernel image \((UKL [^)]*)\) memory: (\d+)K", log))
+    assert freed == {"UKL rodata/data gap": str(gap // 1024), "UKL bss padding": str(pad // 1024)}, freed
+    assert s["__start_bss_decrypted"] == s["__end_bss_decrypted"]
+    assert s["__bss_stop"] - s["__end_bss_decrypted"] < PAGE, "the kernel's .bss still ends in a 2 MiB pad"
+
+
+def test_the_option_roms_are_found_as_before(outdir):
+    """probe_roms() checksums each ROM a block at a time (0047). The option
+    ROM QEMU puts at 0xc0000 for -kernel is taken for a video ROM, whose
+    length the kernel trusts only if its checksum holds: else the resource
+    keeps its default 32 KiB."""
+    out = build(REPO / "examples" / "hello" / "hello.c", "base", outdir / "hello-layout-sh", "--userspace")
+    res = ukl("run", out, "--timeout", "240", "--sh", "grep ROM /proc/iomem; exit 3")
+    assert res.returncode == 3, res.stdout
+    roms = {k: (int(a, 16), int(b, 16)) for a, b, k in
+            re.findall(r"^\s*([0-9a-f]+)-([0-9a-f]+) : (\w+ ROM)\s*$", res.stdout, re.M)}
+    assert roms.get("System ROM") == (0xf0000, 0xfffff), res.stdout
+    start, end = roms["Video ROM"]
+    length = end + 1 - start
+    assert start == 0xc0000 and length % 512 == 0 and 0 < length < 0x8000, res.stdout
+    assert_clean(out / "console.log")
