@@ -99,6 +99,22 @@ def build(src: Path | list[Path], config: str, out: Path, *extra: str) -> Path:
     return out
 
 
+def vmlinux_symbols(image: Path, *names: str) -> dict[str, int]:
+    """The addresses of NAMES in the vmlinux IMAGE was built with."""
+    from ukltool.bench.bootbench import symbol_address
+    from ukltool.build import image as image_mod
+    vmlinux = image_mod.load(image).vmlinux_path()
+    return {n: symbol_address(vmlinux, n) for n in names}
+
+
+def ukl_bss_padding(image: Path) -> int:
+    """The bytes from the page after the application's bss to the next
+    2 MiB boundary in a UKL IMAGE's kernel, which boot neither clears nor
+    keeps (kernel patch 0046)."""
+    end = vmlinux_symbols(image, "__ukl_data_end")["__ukl_data_end"]
+    return -(-end // (2 << 20)) * (2 << 20) - -(-end // 4096) * 4096
+
+
 def assert_clean(log: Path) -> None:
     from ukltool.run import logscan
     bad = logscan.failure_lines(log.read_text(errors="replace"))

@@ -10,30 +10,17 @@ import json
 import shutil
 import subprocess
 
-from elftools.elf.elffile import ELFFile
-from elftools.elf.sections import SymbolTableSection
-
-from conftest import ukl
+from conftest import ukl, ukl_bss_padding, vmlinux_symbols
 from ukltool.bench import bootbench
 from ukltool.util.paths import cache_dir
 
 
-def bss_cleared(image) -> int:
-    """The bytes clear_bss() zeroes in IMAGE's kernel, from vmlinux's
-    symbols: .bss and .brk, but under UKL not the padding from the page
-    after the application's bss to the next 2 MiB boundary (kernel patch
-    0046)."""
-    vmlinux = cache_dir() / json.loads((image / "manifest.json").read_text())["vmlinux"]
-    with vmlinux.open("rb") as f:
-        table = ELFFile(f).get_section_by_name(".symtab")
-        assert isinstance(table, SymbolTableSection)
-        sym = {n: (table.get_symbol_by_name(n) or [{"st_value": None}])[0]["st_value"]
-               for n in ("__bss_start", "__bss_stop", "__brk_base", "__brk_limit", "__ukl_data_end")}
-    cleared = sym["__bss_stop"] - sym["__bss_start"] + sym["__brk_limit"] - sym["__brk_base"]
-    end = sym["__ukl_data_end"]
-    if end is not None:
-        cleared -= -(-end // (2 << 20)) * (2 << 20) - -(-end // 4096) * 4096
-    return int(cleared)
+def bss_cleared(image, ukl: bool) -> int:
+    """The bytes clear_bss() zeroes in IMAGE's kernel: .bss and .brk, but
+    under UKL not the padding after the application's bss (patch 0046)."""
+    s = vmlinux_symbols(image, "__bss_start", "__bss_stop", "__brk_base", "__brk_limit")
+    cleared = s["__bss_stop"] - s["__bss_start"] + s["__brk_limit"] - s["__brk_base"]
+    return cleared - (ukl_bss_padding(image) if ukl else 0)
 
 
 def test_boot_benchmark_of_hello(tmp_path):
@@ -71,7 +58,7 @@ def test_boot_benchmark_of_hello(tmp_path):
         # runs (and counts) byte by byte: at least that many REP executions
         # before main(). Under UKL it skips the padding after the
         # application's bss (kernel patch 0046), up to the 2 MiB boundary.
-        cleared = bss_cleared(image)
+        cleared = bss_cleared(image, config == "base")
         assert 0 < cleared and (cleared < r["bss_bytes"] / 2) == (config == "base"), (cleared, r["bss_bytes"])
         reps = r["boot_to_main_rep_executions"]
         assert 0.9 * cleared < reps < r["boot_to_main_instructions"], (reps, cleared)

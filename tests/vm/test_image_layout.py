@@ -9,7 +9,6 @@ the application's .bss is given back at boot (0046), and the kernel's
 from __future__ import annotations
 
 import bisect
-import json
 import os
 import re
 import socket
@@ -19,13 +18,12 @@ from pathlib import Path
 
 import pytest
 from elftools.elf.elffile import ELFFile
-from elftools.elf.sections import SymbolTableSection
 
-from conftest import REPO, UKL, assert_clean, build, ukl
-from ukltool.util.paths import cache_dir
+from conftest import REPO, UKL, assert_clean, build, ukl, ukl_bss_padding, vmlinux_symbols
+from ukltool.bench.bootbench import symbol_address
+from ukltool.build import image as image_mod
 
 PAGE = 4096
-PMD = 2 << 20
 LOOKUP_BLOCK = 256  # arch/x86/include/asm/orc_lookup.h
 
 
@@ -35,18 +33,7 @@ def hello(outdir) -> Path:
 
 
 def vmlinux_of(image: Path) -> Path:
-    return cache_dir() / json.loads((image / "manifest.json").read_text())["vmlinux"]
-
-
-def symbols(elf: ELFFile, *names: str) -> dict[str, int]:
-    table = elf.get_section_by_name(".symtab")
-    assert isinstance(table, SymbolTableSection)
-    found = {}
-    for name in names:
-        syms = table.get_symbol_by_name(name)
-        assert syms, f"{name} is not in vmlinux"
-        found[name] = syms[0]["st_value"]
-    return found
+    return image_mod.load(image).vmlinux_path()
 
 
 def expected_orc_lookup(vmlinux: Path) -> tuple[int, int, list[int]]:
@@ -60,7 +47,7 @@ def expected_orc_lookup(vmlinux: Path) -> tuple[int, int, list[int]]:
         assert sec is not None, "vmlinux has no ORC table"
         data = sec.data()
         base = sec["sh_addr"]
-        s = symbols(elf, "_stext", "_etext", "orc_lookup", "orc_lookup_end")
+    s = {n: symbol_address(vmlinux, n) for n in ("_stext", "_etext", "orc_lookup", "orc_lookup_end")}
     rel = struct.unpack(f"<{len(data) // 4}i", data)
     ips = [base + 4 * i + r for i, r in enumerate(rel)]
     assert ips == sorted(ips), "the ORC table is not sorted in vmlinux"
@@ -79,8 +66,7 @@ def free_port() -> int:
 def test_the_orc_lookup_table_is_what_the_binary_searches_found(hello, tmp_path):
     vmlinux = vmlinux_of(hello)
     addr, size, expected = expected_orc_lookup(vmlinux)
-    with vmlinux.open("rb") as f:
-        stop_at = symbols(ELFFile(f), "kernel_init")["kernel_init"]  # after unwind_init()
+    stop_at = symbol_address(vmlinux, "kernel_init")  # after unwind_init()
     port = free_port()
     env = dict(os.environ, UKL_QEMU_ARGS=f"-gdb tcp:127.0.0.1:{port} -S")
     vm = subprocess.Popen([str(UKL), "run", str(hello), "--timeout", "300"], env=env, stdin=subprocess.DEVNULL,
@@ -111,14 +97,9 @@ def test_the_padding_after_the_application_bss_is_freed(hello):
     assert res.returncode == 0, res.stdout
     assert_clean(hello / "console.log")
     log = (hello / "console.log").read_text(errors="replace")
-    with vmlinux_of(hello).open("rb") as f:
-        s = symbols(ELFFile(f), "__ukl_data_end", "__bss_stop", "__start_bss_decrypted", "__end_bss_decrypted")
-
-    def up(v: int, a: int) -> int:
-        return -(-v // a) * a
-
-    pad = up(s["__ukl_data_end"], PMD) - up(s["__ukl_data_end"], PAGE)
-    assert pad > 0, s  # hello's data is far smaller than 2 MiB
+    s = vmlinux_symbols(hello, "__bss_stop", "__start_bss_decrypted", "__end_bss_decrypted")
+    pad = ukl_bss_padding(hello)
+    assert pad > 0, pad  # hello's data is far smaller than 2 MiB
     freed = re.findall(r"Freeing unused kernel image \((UKL [^)]*)\) memory: (\d+)K", log)
     assert freed == [("UKL bss padding", str(pad // 1024))], freed
     assert s["__start_bss_decrypted"] == s["__end_bss_decrypted"]
