@@ -216,3 +216,43 @@ def test_firecracker_dir_holds_the_elf_kernel_and_a_vm_config(tmp_path):
     assert res.returncode == 2 and "no bzImage" in res.stdout and not (tmp_path / "fc2").exists()
     with pytest.raises(UklError, match="double quote"):
         ocipkg._cmdline_word('say "hi"')
+
+
+def test_firecracker_dir_never_removes_what_it_did_not_write(tmp_path):
+    """Issue 44: a DIR with Firecracker's usual vm-config.json, a rootfs and
+    logs was removed whole. Now only ukl pkg's own files are written."""
+    out = fake_image(tmp_path)
+    bz, elf = pvh_bzimage()
+    (out / "bzImage").write_bytes(bz)
+    user = tmp_path / "fcuser"
+    (user / "logs").mkdir(parents=True)
+    (user / "logs" / "fc.log").write_text("log")
+    (user / "rootfs.ext4").write_bytes(b"ext4")
+    (user / "vm-config.json").write_text("{}")
+    partial = tmp_path / "fcuser.partial"
+    partial.mkdir()
+    (partial / "keep").write_text("mine")
+    before = {p: p.read_bytes() for p in (user / "logs" / "fc.log", user / "rootfs.ext4", user / "vm-config.json",
+                                            partial / "keep")}
+    res = ukl("pkg", out, "--firecracker", user)
+    assert res.returncode == 2 and "was not written by ukl pkg" in res.stdout, res.stdout
+    assert {p: p.read_bytes() for p in before} == before
+    # a DIR ukl pkg made keeps what the user adds to it; an initramfs it no
+    # longer needs goes, the user's own files stay
+    target = tmp_path / "fc"
+    assert ukl("pkg", out, "--firecracker", target).returncode == 0
+    (target / "rootfs.ext4").write_bytes(b"ext4")
+    (target / "logs").mkdir()
+    assert ukl("pkg", out, "--firecracker", target).returncode == 0
+    assert (target / "rootfs.ext4").read_bytes() == b"ext4" and (target / "logs").is_dir()
+    assert (target / "vmlinux").read_bytes() == elf
+    (out / "initramfs.cpio").unlink()
+    assert ukl("pkg", out, "--firecracker", target).returncode == 0
+    assert not (target / "initramfs.cpio").exists() and (target / "rootfs.ext4").is_file()
+    assert "initrd_path" not in json.loads((target / "vm-config.json").read_text())["boot-source"]
+    # a file of its names that it did not write is refused, not replaced
+    (target / "initramfs.cpio").write_bytes(b"the user's")
+    res = ukl("pkg", out, "--firecracker", target)
+    assert res.returncode == 2 and "initramfs.cpio there was not written by ukl pkg" in res.stdout, res.stdout
+    assert (target / "initramfs.cpio").read_bytes() == b"the user's"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []

@@ -24,6 +24,7 @@ import io
 import json
 import os
 import re
+import shutil
 import stat
 import tarfile
 import tempfile
@@ -337,32 +338,85 @@ def firecracker_config(man: image.Manifest, initrd: bool) -> dict[str, object]:
                                     "host_dev_name": FIRECRACKER_TAP}]}
 
 
+FIRECRACKER_MARK = ".ukl-pkg-firecracker"  # what ukl pkg wrote in DIR, a name a line
+
+
+def _firecracker_owned(target: Path) -> set[str]:
+    """The names ukl pkg wrote in TARGET, from its mark; an empty set for a
+    new or empty DIR. Refuses a DIR that holds a file of its names it did not write
+    or that ukl pkg did not write: the user's files are never replaced."""
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise UklError(f"--firecracker {target} exists and is not a directory", "name a new or an earlier DIR")
+    if not target.exists():
+        if not target.parent.is_dir():
+            raise UklError(f"--firecracker {target}: {target.parent} is not a directory", "create it first")
+        return set()
+    mark = target / FIRECRACKER_MARK
+    names = set(os.listdir(target))
+    if not names:
+        return set()
+    if mark.is_symlink() or not mark.is_file():
+        raise UklError(f"--firecracker {target} is not empty and was not written by ukl pkg",
+                       "choose another DIR or empty it")
+    owned = {n for n in mark.read_text(errors="replace").splitlines() if n in FIRECRACKER_FILES}
+    for n in FIRECRACKER_FILES:
+        f = target / n
+        if n in names and (n not in owned or f.is_symlink() or not f.is_file()):
+            raise UklError(f"--firecracker {target}: {n} there was not written by ukl pkg",
+                           "move it away or choose another DIR")
+    return owned
+
+
+FIRECRACKER_FILES = ("vmlinux", "initramfs.cpio", FIRECRACKER_CONFIG)
+
+
 def firecracker_dir(outdir: Path, target: Path) -> Path:
     """DIR with vmlinux (the uncompressed kernel: Firecracker boots an ELF),
-    the initramfs and vm-config.json; written as DIR.partial and renamed."""
-    import shutil
+    the initramfs and vm-config.json. A new DIR is written beside it and
+    renamed; an earlier one gets each file replaced atomically. Only the
+    files ukl pkg wrote there (its mark lists them) are ever replaced or
+    removed: whatever else the user keeps in DIR stays."""
     man = image.load(outdir)
     vmlinux = _kernel_bytes(outdir, "firecracker")
     initrd = outdir / "initramfs.cpio"
-    if target.is_symlink() or (target.exists() and not target.is_dir()):
-        raise UklError(f"--firecracker {target} exists and is not a directory", "name a new or an earlier DIR")
-    if target.is_dir() and any(target.iterdir()) and not (target / FIRECRACKER_CONFIG).is_file():
-        raise UklError(f"--firecracker {target} is not empty and was not written by ukl pkg",
-                       "choose another DIR or empty it")
-    if not target.parent.is_dir():
-        raise UklError(f"--firecracker {target}: {target.parent} is not a directory", "create it first")
-    cfg = firecracker_config(man, initrd.is_file())
-    tmp = target.with_name(target.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
+    owned = _firecracker_owned(target)
+    files: dict[str, bytes] = {"vmlinux": vmlinux, FIRECRACKER_CONFIG: _json(firecracker_config(man, initrd.is_file()))}
+    if initrd.is_file():
+        files["initramfs.cpio"] = initrd.read_bytes()
+    mark = "".join(f"{n}\n" for n in sorted(files)).encode()
+    if not target.exists():
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:
+            for n, data in files.items():
+                (tmp / n).write_bytes(data)
+            (tmp / FIRECRACKER_MARK).write_bytes(mark)
+            tmp.chmod(0o755)
+            os.rename(tmp, target)  # fails, rather than replaces, if DIR appeared meanwhile
+        except OSError as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise UklError(f"cannot write {target}: {e.strerror}", "check the path and the free space") from None
+        return target
     try:
-        tmp.mkdir()
-        (tmp / "vmlinux").write_bytes(vmlinux)
-        if initrd.is_file():
-            shutil.copyfile(initrd, tmp / "initramfs.cpio")
-        (tmp / FIRECRACKER_CONFIG).write_bytes(_json(cfg))
+        # the mark first lists every name this run may leave behind
+        _replace_file(target / FIRECRACKER_MARK, "".join(f"{n}\n" for n in sorted(owned | set(files))).encode())
+        for n, data in files.items():
+            _replace_file(target / n, data)
+        for n in owned - set(files):  # an earlier image's initramfs
+            (target / n).unlink(missing_ok=True)
+        _replace_file(target / FIRECRACKER_MARK, mark)
     except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
         raise UklError(f"cannot write {target}: {e.strerror}", "check the path and the free space") from None
-    shutil.rmtree(target, ignore_errors=True)
-    tmp.rename(target)
     return target
+
+
+def _replace_file(path: Path, data: bytes) -> None:
+    """PATH's content becomes DATA at once: a temporary file beside it, renamed over it."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
