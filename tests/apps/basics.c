@@ -83,6 +83,11 @@ int main(int argc, char **argv)
 		return case_all(argc, argv);
 	if (!strcmp(c, "exit"))
 		return argc > 2 ? atoi(argv[2]) : 0;
+	if (!strcmp(c, "say") && argc > 3) {
+		/* TEXT as a line of its own, then exit with STATUS */
+		printf("%s\n", argv[2]);
+		return atoi(argv[3]);
+	}
 	if (!strcmp(c, "segv")) {
 		printf("dereferencing NULL\n");
 		return *(volatile int *)0;

@@ -151,6 +151,18 @@ def test_build_refuses_options_that_do_not_apply_to_its_input(capsys, tmp_path, 
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("name", ["a b", "../x", "-x", ".x", "a/b", "x" * 65, "é", ""])
+@pytest.mark.parametrize("kind", ["files", "directory"])
+def test_build_refuses_a_name_that_is_not_an_application_name(capsys, tmp_path, kind, name):
+    """Issue 44: a space in --name broke rdinit= under --pid1."""
+    (tmp_path / "a.c").write_text("int main(void) { return 0; }\n")
+    src = str(tmp_path / "a.c") if kind == "files" else str(tmp_path)
+    assert cli.main(["build", src, f"--name={name}", "-o", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "is not an application name" in err and "hint:" in err and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()
+
+
 def test_build_names_each_kind_of_input(tmp_path):
     (tmp_path / "a.c").write_text("int main(void) { return 0; }\n")
     assert cli.build_input([tmp_path / "a.c"]) == ("files", None)

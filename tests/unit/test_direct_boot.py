@@ -5,15 +5,18 @@ kernel taken out of a bzImage (its PVH note), and QEMU's command line for
 from __future__ import annotations
 
 import gzip
+import re
 import shutil
 import struct
 import subprocess
+import time
+from pathlib import Path
 
 import pytest
 from fakekernel import elf_with_notes, fake_bzimage, note
 
 from ukltool.linux import bzimage
-from ukltool.run import vm
+from ukltool.run import hosttsc, vm
 from ukltool.util.errors import UklError
 
 
@@ -130,10 +133,25 @@ def test_pid1_puts_the_application_and_its_arguments_last(tmp_path):
 
 def test_the_kernels_init_exit_line_gives_the_status():
     from ukltool.build import protocol
-    console = ("ukl: init exited: status 9\n"                       # the application's own output: not it
-               "[    0.503021] ukl: init exited: status 134 (signal 6)\n[    0.51] Restarting system.\n")
-    assert protocol.parse_init_exit(console) == 134
-    assert protocol.parse_init_exit("ukl: init exited: status 9\n") is None
+    # the status port's text: the kernel's console only, with or without
+    # printk's time stamps (printk.time=0)
+    kernel = "[    0.503021] ukl: init exited: status 134 (signal 6)\r\n[    0.51] Restarting system.\r\n"
+    assert protocol.parse_init_exit(kernel) == 134
+    assert protocol.parse_init_exit("ukl: init exited: status 7\r\nreboot: Restarting system\r\n") == 7
+    assert protocol.parse_init_exit("x ukl: init exited: status 9\r\n") is None
+    assert protocol.parse_init_exit("") is None
+
+
+def test_pid1_status_comes_from_a_console_the_application_does_not_write(tmp_path):
+    """Issue 44: the status was parsed from the console the application
+    writes, so a line it printed could pass for the kernel's."""
+    words = append_of(vm.qemu_command("qemu", spec(tmp_path, pid1="/ukl/x"), "tcg", tmp_path / "i", tmp_path / "s"))
+    consoles = [w for w in words if w.startswith("console=")]
+    # the last console= is /dev/console, the application's; the kernel also
+    # writes the status port
+    assert consoles == ["console=ttyS1", "console=ttyS0"], words
+    words = append_of(vm.qemu_command("qemu", spec(tmp_path), "tcg", tmp_path / "i", tmp_path / "s"))
+    assert [w for w in words if w.startswith("console=")] == ["console=ttyS0"]
 
 
 def test_pid1_output_is_the_consoles_lines_that_are_not_the_kernels(capsysbinary):
@@ -157,23 +175,46 @@ def test_pid1_arguments_the_kernel_would_cut_or_split(tmp_path):
             line(*args, append=tuple(append))
 
 
-def test_the_status_line_is_found_after_output_without_a_newline():
-    from ukltool.build import protocol
-    assert protocol.parse_init_exit("no newline at the end[    0.9] ukl: init exited: status 3\n") == 3
-
-
-def test_microvm_under_tcg_is_told_the_tsc_frequency(tmp_path):
-    assert vm.host_tsc_khz("processor\t: 0\ncpu MHz\t\t: 2596.128\n") == 2596128
-    assert vm.host_tsc_khz("no such line") is None
+def test_microvm_under_tcg_is_told_the_tsc_frequency(tmp_path, monkeypatch):
+    """Issue 44: the guest was told cpuinfo's "cpu MHz", the current core
+    speed on hosts with frequency scaling, for its TSC frequency. Now the
+    TSC's rate is measured, whatever cpuinfo says of the core's speed."""
+    real_read_text = Path.read_text
+    cpuinfo = real_read_text(Path("/proc/cpuinfo"))
+    scaled = re.sub(r"^cpu MHz\s*:.*$", "cpu MHz\t\t: 800.000", cpuinfo, flags=re.M)
+    monkeypatch.setattr(Path, "read_text",
+                        lambda self, *a, **k: scaled if str(self) == "/proc/cpuinfo" else real_read_text(self, *a, **k))
     words = append_of(vm.qemu_command("qemu", spec(tmp_path, machine="microvm"), "tcg", tmp_path / "i",
                                       tmp_path / "s"))
-    assert any(w.startswith("tsc_early_khz=") for w in words) == (vm.host_tsc_khz(
-        open("/proc/cpuinfo").read()) is not None)
+    told = [int(w.split("=")[1]) for w in words if w.startswith("tsc_early_khz=")]
+    if hosttsc.has_invariant_tsc(cpuinfo):
+        # the TSC against CLOCK_MONOTONIC_RAW over a longer interval, here
+        read_mem = hosttsc._rdtsc()
+        assert read_mem is not None
+        rate = hosttsc.rate_khz(read_mem[0], lambda: time.clock_gettime_ns(time.CLOCK_MONOTONIC_RAW), time.sleep,
+                                samples=3, interval=0.1)
+        assert rate and len(told) == 1 and abs(told[0] - rate) < rate / 100, (told, rate)
+    else:
+        assert told == []
     # not under -icount (a 1 GHz TSC, calibrated exactly), not on -M pc, not under KVM
     for s, accel in ((spec(tmp_path, machine="microvm", icount=True), "tcg"), (spec(tmp_path), "tcg"),
                      (spec(tmp_path, machine="microvm"), "kvm")):
         assert not any(w.startswith("tsc_early_khz=") for w in append_of(
             vm.qemu_command("qemu", s, accel, tmp_path / "i", tmp_path / "s")))
+
+
+def test_a_counter_s_rate_is_the_median_of_its_intervals():
+    # 10 ms intervals at 2.5 GHz, two disturbed ones (a preempted read)
+    ghz = [2.5, 2.5, 9.9, 2.5, 0.1, 2.5]
+    clock, counter, t, c = [], [], 0, 0
+    for g in ghz:
+        clock += [t, t + 10_000_000]
+        counter += [c, c + int(g * 10_000_000)]
+        t, c = t + 20_000_000, c + 50_000_000
+    ticks, counts = iter(clock), iter(counter)
+    assert hosttsc.rate_khz(lambda: next(counts), lambda: next(ticks), lambda s: None, samples=6) == 2_500_000
+    assert not hosttsc.has_invariant_tsc("flags\t\t: fpu tsc\n")
+    assert hosttsc.has_invariant_tsc("flags : a constant_tsc\n")
 
 
 def test_no_initramfs_loads_the_kernel_alone_and_asks_it_for_the_file(tmp_path):

@@ -53,6 +53,19 @@ def test_status_and_fatal_signals_as_under_init(basics, args, status):
     assert_clean(basics / "console.log")
 
 
+@pytest.mark.parametrize("append", [[], ["--append", "printk.time=0"]])
+def test_a_status_line_the_application_prints_is_not_its_status(basics, append):
+    """Issue 44: the status was parsed from the console the application
+    writes; without printk's time stamps a line it printed was taken for
+    the kernel's."""
+    fake = "[    1.000000] ukl: init exited: status 42"
+    res = ukl("run", basics, "--pid1", *append, "--", "say", fake, "3")
+    assert res.returncode == 3 and fake in (basics / "console.log").read_text(), res.stdout
+    res = ukl("run", basics, "--pid1", *append, "--", "say", "ukl: init exited: status 42", "0")
+    assert res.returncode == 0, res.stdout
+    assert_clean(basics / "console.log")
+
+
 def test_init_makes_no_siblings(basics):
     res = ukl("run", basics, "--pid1", "--", "cloneparent")
     assert res.returncode == 0 and "clone(CLONE_PARENT): Invalid argument" in res.stdout, res.stdout

@@ -772,6 +772,7 @@ def cmd_kernel_build(a: argparse.Namespace) -> int:
 def cmd_build(a: argparse.Namespace) -> int:
     kind, recipe = build_input(a.sources)
     check_build_options(a, kind)
+    image.check_app_name(a.name)
     if a.compression is not None:
         kernel.compression_fragment(a.compression)  # before any work
     if a.optimize is not None:

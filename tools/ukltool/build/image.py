@@ -237,6 +237,18 @@ def assemble(out: Path, kimg: kernel.KernelImage, config: str, name: str, starte
     return man
 
 
+# An application's name (--name): its file /ukl/NAME in the image, a word
+# of the kernel command line (rdinit=/ukl/NAME under --pid1), a kallsyms
+# prefix and a container's: letters, digits and _ . + -, not a leading . or -
+APP_NAME = re.compile(r"[A-Za-z0-9_+][A-Za-z0-9_.+-]{0,63}")
+
+
+def check_app_name(name: str | None) -> None:
+    if name is not None and not APP_NAME.fullmatch(name):
+        raise UklError(f"--name {name!r} is not an application name",
+                       "use up to 64 letters, digits, '_', '.', '+' or '-', not starting with '.' or '-'")
+
+
 def build(spec: BuildSpec) -> Manifest:
     if spec.project_dir is None:
         if spec.project_opts.configure_args or spec.project_opts.make_args or spec.project_opts.system != "auto":
@@ -246,6 +258,7 @@ def build(spec: BuildSpec) -> Manifest:
     elif spec.freestanding or spec.cflags:
         raise UklError("--freestanding and --cflags apply to C files, not to a directory",
                        "name the C files, or pass CFLAGS to the project's own build")
+    check_app_name(spec.name)
     kernel.fragments(spec.config)  # validates the name before any work
     kernel.need_compressor(spec.config, spec.compression)
     for src, _dest in spec.files:

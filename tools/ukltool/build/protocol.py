@@ -23,16 +23,20 @@ DEBUG_EXIT_DEVICE = f"isa-debug-exit,iobase={DEBUG_EXIT_PORT:#x},iosize=0x04"
 
 # The application as PID 1 (`ukl run --pid1`, patch "x86/ukl: let the
 # application run as init"): the kernel starts /ukl/NAME itself and, when it
-# exits, prints this on the console (after printk's time stamp) and ends the
-# machine. The kernel passes at most MAX_INIT_ARGS words to init.
-# (not anchored: the application's last output may lack its newline)
-INIT_EXIT_LINE = re.compile(r"\[\s*\d+\.\d+\] ukl: init exited: status (\d+)")
+# exits, prints this (a kernel message, at KERN_EMERG) and ends the machine.
+# `ukl run` reads it from the status port (ttyS1), a console of the
+# kernel's only: the application's output goes to /dev/console (ttyS0), so
+# a line it prints cannot pass for the kernel's. With or without printk's
+# time stamp. The kernel passes at most MAX_INIT_ARGS words to init.
+KERNEL_STATUS_CONSOLE = "ttyS1"
+INIT_EXIT_LINE = re.compile(r"^(?:\[\s*\d+\.\d+\] )?ukl: init exited: status (\d+)(?: \(signal \d+\))?\r?$", re.M)
 MAX_INIT_ARGS = 32
 
 
-def parse_init_exit(console: str) -> int | None:
-    """The status the kernel printed for the application as PID 1."""
-    found = INIT_EXIT_LINE.findall(console)
+def parse_init_exit(kernel_log: str) -> int | None:
+    """The status the kernel printed for the application as PID 1, from
+    the kernel's own console (the status port's text)."""
+    found = INIT_EXIT_LINE.findall(kernel_log)
     return int(found[-1]) if found else None
 
 

@@ -21,7 +21,7 @@ from typing import BinaryIO
 
 from ukltool.build import initramfs, protocol
 from ukltool.linux import bzimage, kernel, profiles
-from ukltool.run import logscan, remote
+from ukltool.run import hosttsc, logscan, remote
 from ukltool.util import ui
 from ukltool.util.errors import UklError
 from ukltool.util.paths import cache_dir
@@ -235,25 +235,19 @@ def check_pid1(spec: RunSpec) -> None:
                        "leave the console's log level at 5 or more")
 
 
-def host_tsc_khz(cpuinfo: str) -> int | None:
-    """The host's CPU (TSC) frequency in kHz, from /proc/cpuinfo's "cpu MHz"."""
-    m = re.search(r"^cpu MHz\s*:\s*([0-9.]+)", cpuinfo, re.M)
-    return int(float(m.group(1)) * 1000) if m else None
-
-
 def microvm_tcg_args(spec: RunSpec, accel: str) -> list[str]:
     """Under TCG without -icount, the guest's TSC is the host's. microvm's
     guest calibrates it against the PIT, which fails when the host is busy;
     it then waits for timer ticks that microvm's PIT never delivers, and
     the boot hangs (2 boots in 3 on a loaded host). Telling it the
-    frequency skips that calibration. Under -icount the TSC runs at 1 GHz
-    and the calibration is exact; under KVM kvmclock gives it."""
+    frequency skips that calibration: the host's TSC rate, measured
+    (hosttsc; not cpuinfo's "cpu MHz", the current core speed where the
+    frequency scales). Where it cannot be measured the guest calibrates.
+    Under -icount the TSC runs at 1 GHz and the calibration is exact;
+    under KVM kvmclock gives it."""
     if spec.machine != "microvm" or accel != "tcg" or spec.icount:
         return []
-    try:
-        khz = host_tsc_khz(Path("/proc/cpuinfo").read_text())
-    except OSError:
-        return []
+    khz = hosttsc.host_tsc_khz()
     return [f"tsc_early_khz={khz}"] if khz else []
 
 
@@ -285,6 +279,11 @@ def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path | None, stat
     if spec.icount and "norandmaps" not in append:
         append.append("norandmaps")  # random layouts change instruction counts
     if spec.pid1:
+        # The kernel's messages also go to the status port, which the
+        # application's /dev/console (the last console=, ttyS0) is not: its
+        # status line comes from there (protocol.INIT_EXIT_LINE). At log
+        # level 5 only warnings and worse reach a console.
+        append = [f"console={protocol.KERNEL_STATUS_CONSOLE}", *append]
         # The kernel runs the application as init; the words after "--" are
         # its arguments. rdinit= stays the last word before "--": it drops
         # the unknown words before it (nokaslr) from init's arguments.
@@ -488,11 +487,10 @@ def boot(spec: RunSpec) -> RunResult:
                 finally:
                     stop(proc, own_group=not spec.interactive)
             shadow_died = shadow is not None and not shadow.alive()
-        status = protocol.parse_status(status_file.read_text(errors="replace")) if status_file.exists() else None
+        status_text = status_file.read_text(errors="replace") if status_file.exists() else ""
+        status = protocol.parse_init_exit(status_text) if spec.pid1 else protocol.parse_status(status_text)
     seconds = time.monotonic() - start
     text = spec.log.read_text(errors="replace")
-    if status is None and spec.pid1:
-        status = protocol.parse_init_exit(text)
     failures = logscan.failure_lines(text, context=12)
     if failures:
         code = EXIT_KERNEL_FAILURE
