@@ -279,11 +279,13 @@ def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path | None, stat
     if spec.icount and "norandmaps" not in append:
         append.append("norandmaps")  # random layouts change instruction counts
     if spec.pid1:
-        # The kernel's messages also go to the status port, which the
-        # application's /dev/console (the last console=, ttyS0) is not: its
-        # status line comes from there (protocol.INIT_EXIT_LINE). At log
-        # level 5 only warnings and worse reach a console.
-        append = [f"console={protocol.KERNEL_STATUS_CONSOLE}", *append]
+        # The kernel's messages also go to the status port, through the
+        # early console kept after boot (the 8250 driver's console takes
+        # one port only): the application's /dev/console is ttyS0, so the
+        # status line comes from where it does not write
+        # (protocol.INIT_EXIT_LINE). At log level 5 only warnings and
+        # worse reach a console.
+        append.insert(1, f"earlyprintk=serial,{protocol.KERNEL_STATUS_CONSOLE},115200,keep")
         # The kernel runs the application as init; the words after "--" are
         # its arguments. rdinit= stays the last word before "--": it drops
         # the unknown words before it (nokaslr) from init's arguments.
