@@ -6,21 +6,28 @@ from __future__ import annotations
 
 import base64
 import gzip
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from ukltool.apps import recipes
-from ukltool.linux import kernel, specialize
+from ukltool.build import initramfs
+from ukltool.linux import binsyscalls, kernel, specialize
 from ukltool.util.errors import UklError
 from ukltool.util.paths import CONFIG_DIR
 
-# strace -f -qq -s 0 output as the recording boot writes it: a shell that
+# strace -f -qq -s 16 output as the recording boot writes it: a shell that
 # runs the application (exec), a child of a clone whose result comes after
 # the child's first line, calls interrupted and resumed, failures.
 TRACE = """\
 40    execve("/bin/sh", [...], 0x7ffd /* 7 vars */) = 0
 40    set_robust_list(0x1ff576a0, 24)   = 0
-40    readlink("/proc/self/exe", ""..., 4096) = 12
+40    readlink("/proc/self/exe", "/bin/busybox", 4096) = 12
 40    clone(child_stack=NULL, flags=CLONE_CHILD_CLEARTID|SIGCHLD <unfinished ...>
 41    execve("/bin/redis-server", [...], 0x1ff58b28 /* 7 vars */ <unfinished ...>
 40    <... clone resumed>, child_tidptr=0x1ff57690) = 41
@@ -41,7 +48,7 @@ TRACE = """\
 41    mount("none", "/mnt", "tmpfs", 0, NULL) = 0
 41    connect(5, {sa_family=AF_INET, sin_port=htons(80), sin_addr=inet_addr("10.0.2.2")}, 16) = 0
 41    connect(5, {sa_family=AF_INET, sin_port=htons(6379), sin_addr=inet_addr("127.0.0.1")}, 16) = 0
-41    write(1, ""..., 12)               = 12
+41    write(1, "hello world\\n", 12)               = 12
 41    --- SIGTERM {si_signo=SIGTERM, si_code=SI_USER, si_pid=40, si_uid=0} ---
 41    exit_group(0)                     = ?
 40    <... wait4 resumed>[{WIFEXITED(s) && WEXITSTATUS(s) == 0}], 0, NULL) = 41
@@ -106,7 +113,7 @@ def test_the_general_configuration_bounds_the_choice(table):
 def test_recipe_and_network_reasons_add_options(table):
     sel = specialize.choose(specialize.Usage(), table, {}, [("CONFIG_IPV6", "clients over IPv6")],
                             ["the recipe forwards port(s) 6379 from the host"])
-    assert sel.options["CONFIG_IPV6"].reasons == ["the recipe: clients over IPv6"]
+    assert sel.options["CONFIG_IPV6"].reasons == ["asked for: clients over IPv6"]
     assert set(table.nic.options) <= set(sel.options)
     assert not specialize.choose(specialize.Usage(), table).options
 
@@ -221,14 +228,14 @@ def test_the_report_says_why_each_option_is_there(table, tmp_path):
     specialize.write_reports(r, tmp_path, table)
     md = (tmp_path / "specialize.md").read_text()
     assert "`special-0123456789ab`" in md and "passes on this kernel" in md
-    assert "| CONFIG_EPOLL | epoll_create(): fs/eventpoll.c (redis-server; 1 time) |" in md
-    assert "| CONFIG_IPV6 | the recipe: clients over IPv6 |" in md
+    assert "| CONFIG_EPOLL | the run: epoll_create(): fs/eventpoll.c (redis-server; 1 time) |" in md
+    assert "| CONFIG_IPV6 | asked for: clients over IPv6 |" in md
     # the network device's options share one row
     assert "CONFIG_VIRTIO_MENU, CONFIG_VIRTIO_MMIO" in md and "the recipe forwards port(s) 6379" in md
     assert "/dev/weird0" in md and "io_uring_setup(): ENOSYS on the general kernel too" in md
     import json
     assert json.loads((tmp_path / "specialize.json").read_text())["options"]["CONFIG_IPV6"] == [
-        "the recipe: clients over IPv6"]
+        "asked for: clients over IPv6"]
 
 
 def test_comments_do_not_change_the_name():
@@ -236,3 +243,117 @@ def test_comments_do_not_change_the_name():
     assert specialize.config_name(a) == specialize.config_name("# two\n# CONFIG_B is not set\nCONFIG_A=y\n")
     assert specialize.config_name(a) != specialize.config_name(a + "CONFIG_C=y\n")
     assert specialize.config_name(a) != specialize.config_name("# ukl-tcg-cpu: Skylake\n" + a)
+
+
+# A program whose one run uses nothing but printf, and whose code can use
+# what a recorded run often misses (issue 44)
+SOMETIMES = r"""
+#include <stdio.h>
+#include <string.h>
+#include <signal.h>
+#include <time.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/file.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+int main(int argc, char **argv)
+{
+	struct timespec ts;
+	if (argc > 1 && !strcmp(argv[1], "all")) {
+		int s[2];
+		sigset_t m;
+		timer_t t;
+		sigemptyset(&m);
+		eventfd(0, 0); epoll_create1(0); timerfd_create(CLOCK_MONOTONIC, 0); signalfd(-1, &m, 0);
+		flock(0, LOCK_SH); timer_create(CLOCK_MONOTONIC, NULL, &t); socketpair(AF_UNIX, SOCK_STREAM, 0, s);
+		clock_gettime(CLOCK_MONOTONIC_RAW, &ts); clock_getres(CLOCK_TAI, &ts);
+	}
+	printf("hi\n");
+	return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def sometimes(tmp_path_factory):
+    d = tmp_path_factory.mktemp("code")
+    (d / "p.c").write_text(SOMETIMES)
+    subprocess.run(["gcc", "-O2", "-static", "-o", str(d / "p"), str(d / "p.c")], check=True)
+    return d / "p"
+
+
+def test_the_code_shows_every_call_the_program_can_make(sometimes):
+    code = specialize.Code(binsyscalls.of_program(sometimes), binsyscalls.syscall_names())
+    calls = code.syscalls()
+    for name in ("eventfd2", "epoll_create1", "timerfd_create", "signalfd4", "flock", "timer_create", "socketpair",
+                 "write", "exit_group"):
+        assert name in calls, sorted(calls)
+    assert code.use.first_args["clock_gettime"][4] >= 1 and code.use.first_args["clock_getres"][11] == 1
+    assert code.use.first_args["socketpair"][1] == 1
+
+
+def test_options_for_what_the_code_can_call_and_where_they_come_from(table, sometimes):
+    code = specialize.Code(binsyscalls.of_program(sometimes), binsyscalls.syscall_names())
+    general = kernel.parse_fragment((CONFIG_DIR / "vm-base.config").read_text())
+    run = specialize.parse_trace('50    write(1, "hi\\n", 3) = 3\n50    exit_group(0) = ?\n')
+    assert not specialize.choose(run, table, general).options
+    sel = specialize.choose(run, table, general, code=code)
+    for opt in ("CONFIG_EVENTFD", "CONFIG_EPOLL", "CONFIG_TIMERFD", "CONFIG_SIGNALFD", "CONFIG_FILE_LOCKING",
+                "CONFIG_POSIX_TIMERS", "CONFIG_UNIX", "CONFIG_FUTEX"):
+        assert opt in sel.options and all(r.startswith("the code: ") for r in sel.options[opt].reasons), opt
+    assert any("clock_gettime(CLOCK_MONOTONIC_RAW)" in r for r in sel.options["CONFIG_POSIX_TIMERS"].reasons)
+    # it cannot listen on an IP port: no network device
+    assert "CONFIG_VIRTIO_NET" not in sel.options
+
+
+def test_a_server_s_code_gets_the_network_device(table):
+    dis = """
+0000000000401000 <main>:
+  401000:	mov    $0x2,%edi
+  401005:	call   402000 <socket>
+  40100a:	mov    $0x32,%eax
+  40100f:	syscall
+  401011:	mov    $0x2b,%eax
+  401016:	syscall
+  401018:	mov    %r8d,%eax
+  40101b:	syscall
+  40101d:	mov    %ebx,%edi
+  401020:	call   402000 <socket>
+"""
+    use = binsyscalls.analyze(dis, {0x402000: "socket"})
+    assert use.unresolved == 1 and dict(use.first_args["socket"]) == {2: 1, None: 1}
+    code = specialize.Code(use, {50: "listen", 43: "accept"})
+    assert code.syscalls() == {"accept": 1, "listen": 1}
+    sel = specialize.choose(specialize.Usage(), table, None, code=code)
+    assert "CONFIG_VIRTIO_NET" in sel.options and "CONFIG_INET" in sel.options
+    assert any("serve on an IP port" in r for r in sel.options["CONFIG_VIRTIO_NET"].reasons)
+    # a computed family: every family the table knows
+    assert "CONFIG_UNIX" in sel.options
+
+
+def test_the_recording_keeps_mount_types_and_has_no_vdso():
+    """Issue 44: with -s 0 mount()'s type never reached the trace; with the
+    vDSO the clocks UKL reads by system calls never did."""
+    assert " -s 0 " not in specialize.wrapper("x") and specialize.RECORD_APPEND == ["vdso=0"]
+    flags = re.search(r"strace (.*?) -o ", specialize.wrapper("x"))
+    assert flags is not None
+    if os.geteuid() != 0 or not shutil.which("strace") or not shutil.which("unshare"):
+        if os.environ.get("CI"):
+            pytest.fail("CI runs as root with strace (scripts/install-host-deps)")
+        pytest.skip("needs root, strace and unshare (CI has them)")
+    with tempfile.TemporaryDirectory() as td:
+        out = subprocess.run(["unshare", "-m", "strace", *flags.group(1).split(), "-o", f"{td}/t",
+                              "mount", "-t", "tmpfs", "none", td], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        trace = Path(f"{td}/t").read_text()
+    assert "tmpfs" in specialize.parse_trace(trace).filesystems, trace
+
+
+def test_the_initramfs_gives_back_its_members(tmp_path):
+    (tmp_path / "a").write_bytes(b"x" * 5)
+    spec = initramfs.Spec().file("/bin/a", tmp_path / "a", "0755")
+    initramfs.write(spec, tmp_path / "i.cpio")
+    data = (tmp_path / "i.cpio").read_bytes()
+    assert initramfs.read_member(data, "bin/a") == b"x" * 5 and initramfs.read_member(data, "bin/b") is None

@@ -90,3 +90,36 @@ def test_redis_specialized_serves_and_passes_its_smoke_test(outdir):
     assert res.returncode == 0, res.stdout[-3000:]
     (got,) = json.loads(js.read_text())
     assert got["finished"] and got["counts"]["err"] == 0 and got["counts"]["ok"] >= 20, got
+
+
+def test_what_the_recorded_run_did_not_use_still_works(outdir):
+    """Issue 44: the kernel kept only what the recorded run executed, and the
+    recording saw no clock the vDSO answered. tests/apps/sometimes.c's
+    recorded run (--record-args quiet, ending with status 3) uses nothing;
+    its later run uses eventfd, epoll, timerfd, signalfd, flock,
+    timer_create, an AF_UNIX socketpair and the clocks UKL's C library reads
+    by system call, and passes on the specialized kernel, because the
+    program's code can make those calls."""
+    out = outdir / "sometimes-special"
+    res = ukl("build", REPO / "tests/apps/sometimes.c", "--config", "base", "--specialize",
+              "--record-args", "quiet", "--record-status", "3",
+              "--kconfig", "CONFIG_INOTIFY_USER:watches its configuration file", "-o", out)
+    assert res.returncode == 0, res.stdout[-3000:]
+    report = json.loads((out / "specialize.json").read_text())
+    assert report["verified"] and "eventfd2" in report["code_syscalls"] and "eventfd2" not in report["syscalls"]
+    for opt in ("CONFIG_EVENTFD", "CONFIG_EPOLL", "CONFIG_TIMERFD", "CONFIG_SIGNALFD", "CONFIG_FILE_LOCKING",
+                "CONFIG_POSIX_TIMERS", "CONFIG_UNIX"):
+        assert opt in report["from_code"], (opt, report["from_code"])
+    assert report["options"]["CONFIG_INOTIFY_USER"] == ["asked for: watches its configuration file"]
+    md = (out / "specialize.md").read_text()
+    assert "the code: eventfd2(): fs/eventfd.c" in md and "come from the code alone" in md
+    # no listen(): no network device, and ukl run says so instead of forwarding nowhere
+    assert "CONFIG_VIRTIO_NET" not in report["options"]
+    res = ukl("run", out, "--forward", "18080:8080", "--", "all")
+    assert res.returncode == 2 and "has no network device" in res.stdout, res.stdout
+    res = ukl("run", out, "--", "all")
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert "sometimes: 16 calls, 0 failed" in res.stdout
+    assert_clean(out / "console.log")
+    res = ukl("run", out, "--", "quiet")
+    assert res.returncode == 3 and "sometimes: nothing this time" in res.stdout

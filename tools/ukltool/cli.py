@@ -51,6 +51,29 @@ def run_smp(smp: int | None, icount: bool) -> int:
     return smp
 
 
+def _statuses(text: str) -> list[int]:
+    try:
+        out = [int(w) for w in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: exit statuses are numbers, e.g. 0,1 or 134") from None
+    if not out or any(not 0 <= n <= 255 for n in out):
+        raise argparse.ArgumentTypeError(f"{text!r}: exit statuses are 0 to 255")
+    return out
+
+
+def _kconfig(text: str) -> tuple[list[str], str]:
+    opts, sep, why = text.partition(":")
+    names = [o.strip() for o in opts.split(",")]
+    if not sep or not why.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: say why after a colon, e.g. CONFIG_INOTIFY_USER:'watches "
+                                         "its configuration file'")
+    bad = [n for n in names if n != "nic" and not re.fullmatch(r"CONFIG_[A-Z0-9_]+", n)]
+    if bad:
+        raise argparse.ArgumentTypeError(f"{', '.join(bad) or repr(opts)}: not a kernel option (CONFIG_NAME, "
+                                         "or nic for the network device)")
+    return names, why.strip()
+
+
 def _forward(text: str) -> tuple[int, int]:
     try:
         host, guest = (int(x) for x in text.split(":"))
@@ -353,6 +376,15 @@ def _build_parser(sub: argparse._SubParsersAction) -> None:
                    "OUTDIR/specialize.md")
     g = b.add_argument_group("C files and project directories (not recipes)")
     g.add_argument("--name", help="application name (default: the first file's stem, or the project's program)")
+    g.add_argument("--record-args", type=shlex.split, default=None, metavar="ARGS",
+                   help="--specialize: the arguments of the run to record (one string, split as a shell does; "
+                   "default: the image's own arguments)")
+    g.add_argument("--record-status", type=_statuses, default=None, metavar="N[,N...]",
+                   help="--specialize: the exit statuses the recorded run may end with (128+SIG for a signal; "
+                   "default 0)")
+    g.add_argument("--kconfig", action="append", type=_kconfig, default=[], metavar="OPTION[,OPTION...]:WHY",
+                   help="--specialize: kernel options to add whatever the recording shows, and why "
+                   "(`nic` for the network device), as a recipe's [specialize] does")
     g = b.add_argument_group("C files only")
     g.add_argument("--freestanding", action="store_true",
                    help="no C library: the program brings its own _start and system call shim")
@@ -730,6 +762,9 @@ BUILD_APPLIES = {
     "--configure-args": ("directory", "recipe"),
     "--make-args": ("directory", "recipe"),
     "--build-system": ("directory",),
+    "--record-args": ("files", "directory"),
+    "--record-status": ("files", "directory"),
+    "--kconfig": ("files", "directory"),
 }
 
 
@@ -750,7 +785,8 @@ def check_build_options(a: argparse.Namespace, kind: str) -> None:
     """Refuse the options that do not apply to KIND of input."""
     given = {"--name": a.name is not None, "--freestanding": a.freestanding, "--cflags": bool(a.cflags),
              "--configure-args": bool(a.configure_args), "--make-args": bool(a.make_args),
-             "--build-system": a.build_system != "auto"}
+             "--build-system": a.build_system != "auto", "--record-args": a.record_args is not None,
+             "--record-status": a.record_status is not None, "--kconfig": bool(a.kconfig)}
     bad = [o for o, g in given.items() if g and kind not in BUILD_APPLIES[o]]
     if not bad:
         return
@@ -773,6 +809,10 @@ def cmd_build(a: argparse.Namespace) -> int:
     kind, recipe = build_input(a.sources)
     check_build_options(a, kind)
     image.check_app_name(a.name)
+    given = [o for o, v in (("--record-args", a.record_args is not None),
+                            ("--record-status", a.record_status is not None), ("--kconfig", bool(a.kconfig))) if v]
+    if given and not a.specialize:
+        raise UklError(f"{' and '.join(given)} apply to --specialize", "add --specialize, or leave them out")
     if a.compression is not None:
         kernel.compression_fragment(a.compression)  # before any work
     if a.optimize is not None:
@@ -803,7 +843,9 @@ def cmd_build(a: argparse.Namespace) -> int:
                                    [*a.file, *extra], a.overlay, opts, perf=a.perf, compression=a.compression,
                                    optimize=a.optimize)
     if a.specialize:
-        res = specialize.build(make_spec(a.config, a.output, []), r, make_spec)
+        res = specialize.build(make_spec(a.config, a.output, []), r, make_spec,
+                               specialize.Request(a.record_args, a.record_status or [0],
+                                                  [(o, why) for opts, why in a.kconfig for o in opts]))
         ui.info(f"built '{res.app}' for the specialized configuration '{res.config}' ({len(res.options)} options "
                 f"for the application beside the core; why: {a.output / 'specialize.md'}) in {a.output}")
         return 0
@@ -874,6 +916,11 @@ def cmd_run(a: argparse.Namespace) -> int:
         raise UklError(f"--remote-idle-us {a.remote_idle_us}: must be -1 (always poll) or at least 0",
                        "for example --remote-idle-us 1000")
     forwards = [] if a.tap else a.forward or [(f[0], f[1]) for f in man.forwards]
+    if (a.tap or a.forward) and not image.has_network_device(man):
+        raise UklError(f"{'--tap' if a.tap else '--forward'}: the kernel of {a.outdir} has no network device "
+                       "(a specialized kernel gets one where the application's code can listen or reach "
+                       "another address)",
+                       "rebuild with --specialize --kconfig nic:WHY to add it, or without --specialize")
     vm.check_machine(vm.RunSpec(bzimage=a.outdir / "bzImage", initrds=[], log=log, machine=a.machine,
                                 remote=a.remote))
     if a.no_initramfs and not a.pid1:

@@ -301,6 +301,17 @@ def build(spec: BuildSpec) -> Manifest:
     return man
 
 
+def has_network_device(man: Manifest) -> bool:
+    """Does the image's kernel have the virtio network driver (its probe
+    function in the kernel's System.map)? True where it cannot tell."""
+    smap = man.vmlinux_path().parent / "System.map"
+    try:
+        text = smap.read_text()
+    except OSError:
+        return True
+    return re.search(r" virtnet_probe$", text, re.M) is not None
+
+
 def _relative_to_cache(path: Path) -> str:
     try:
         return str(path.resolve().relative_to(cache_dir()))

@@ -117,6 +117,23 @@ def write(spec: Spec, out: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def read_member(archive: bytes, name: str) -> bytes | None:
+    """The content of NAME (no leading /) in a newc ARCHIVE; None if absent."""
+    pos = 0
+    while pos + 110 <= len(archive) and archive[pos:pos + 6] == MAGIC:
+        fields = [int(archive[pos + 6 + 8 * i: pos + 14 + 8 * i], 16) for i in range(13)]
+        size, namesize = fields[6], fields[11]
+        start = pos + 110
+        entry = archive[start:start + namesize - 1].decode(errors="replace")
+        data_at = start + namesize + (-(110 + namesize) % 4)
+        if entry == TRAILER:
+            return None
+        if entry == name:
+            return archive[data_at:data_at + size]
+        pos = data_at + size + (-size % 4)
+    return None
+
+
 def runtime_skeleton() -> Spec:
     """Directories and nodes our init expects."""
     s = Spec()

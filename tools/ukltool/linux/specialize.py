@@ -5,16 +5,24 @@ for one application.
    ordinary process, making the same system calls) into an image that
    also holds Debian's strace, and booted on the general kernel running
    its smoke test (the recipe's [smoke]; a file or directory: the program
-   with its default arguments) under `strace -f`. The trace leaves the
-   guest on the console, compressed and base64-encoded between markers.
+   with its default arguments or --record-args) under `strace -f`, with
+   the vDSO off (vdso=0): in ring 0 UKL's C library makes as system calls
+   what the vDSO answers in ring 3 (clock_getres, CLOCK_MONOTONIC_RAW,
+   ...), so the trace shows them. The trace leaves the guest on the
+   console, compressed and base64-encoded between markers.
 2. Map: the system calls, socket families, paths, mounted file systems,
    ioctls and flags in the trace are looked up in kernel/specialize/
    table.toml; each entry names the Kconfig options that build what was
-   used. kernel/specialize/core.config (what UKL, `ukl run` and init need)
+   used. So are the system calls the program's code can make, whether the
+   run made them or not (binsyscalls: its `syscall` sites, and the clock
+   ids and socket families at its calls of the C library), so that what
+   the run did not happen to execute still works.
+   kernel/specialize/core.config (what UKL, `ukl run` and init need)
    plus the configuration's own fragments (base.config) plus those options
-   plus the recipe's [specialize] options make the fragment, named by its
-   content (special-HASH) and kept in the cache: applications with the
-   same needs share one kernel build.
+   plus the recipe's [specialize] options (--kconfig for a file or
+   directory) make the fragment, named by its content (special-HASH) and
+   kept in the cache: applications with the same needs share one kernel
+   build.
 3. Build the image for special-HASH, boot it once running the same smoke
    test (re-verification), and write OUT/specialize.md and .json: every
    option and why.
@@ -41,7 +49,7 @@ from typing import Any
 
 from ukltool.apps import recipes
 from ukltool.build import image, initramfs
-from ukltool.linux import kernel, profiles
+from ukltool.linux import binsyscalls, kernel, profiles
 from ukltool.run import vm
 from ukltool.util import lock, ui
 from ukltool.util.errors import UklError
@@ -328,23 +336,49 @@ def _path_entry(path: str, entries: dict[str, Entry]) -> Entry | None:
     return best
 
 
+# The constants the program's code passes where binsyscalls looks: clock
+# ids (first argument of the clock functions) and socket families
+CLOCK_IDS = {0: "CLOCK_REALTIME", 1: "CLOCK_MONOTONIC", 2: "CLOCK_PROCESS_CPUTIME_ID", 3: "CLOCK_THREAD_CPUTIME_ID",
+             4: "CLOCK_MONOTONIC_RAW", 5: "CLOCK_REALTIME_COARSE", 6: "CLOCK_MONOTONIC_COARSE", 7: "CLOCK_BOOTTIME",
+             8: "CLOCK_REALTIME_ALARM", 9: "CLOCK_BOOTTIME_ALARM", 11: "CLOCK_TAI"}
+FAMILIES = {1: "AF_UNIX", 2: "AF_INET", 10: "AF_INET6", 16: "AF_NETLINK", 17: "AF_PACKET", 40: "AF_VSOCK"}
+CLOCK_FUNCTIONS = ("clock_gettime", "clock_getres", "clock_nanosleep", "timer_create")
+SOCKET_FUNCTIONS = ("socket", "socketpair")
+LISTENS = ("listen", "accept", "accept4")   # calls of a server: it is reached from outside
+RUN, CODE = "the run", "the code"           # where a reason comes from
+
+
+@dataclass
+class Code:
+    """What the program's code can do (binsyscalls), with the names of its calls."""
+    use: binsyscalls.BinaryUse
+    names: dict[int, str]
+
+    def syscalls(self) -> dict[str, int]:
+        return {binsyscalls.name_of(n, self.names): k for n, k in sorted(self.use.syscalls.items())}
+
+
 def choose(usage: Usage, table: Table, general: dict[str, str] | None = None,
-           manual: list[tuple[str, str]] | None = None, nic_reasons: list[str] | None = None) -> Selection:
-    """The options USAGE needs. GENERAL: the general kernel's configuration
-    (what the recording ran on); an option it lacks is left out, since the
-    application ran without it. MANUAL: the recipe's (option, reason)
-    pairs. NIC_REASONS: why the application is reached over the network."""
+           manual: list[tuple[str, str]] | None = None, nic_reasons: list[str] | None = None,
+           code: Code | None = None) -> Selection:
+    """The options USAGE needs, and those CODE (the program's system
+    calls, read from its binary) can need. GENERAL: the general kernel's
+    configuration (what the recording ran on); an option it lacks is left
+    out, since the application ran without it. MANUAL: the recipe's (or
+    --kconfig's) (option, reason) pairs; "nic" is the network device.
+    NIC_REASONS: why the application is reached over the network."""
     sel = Selection()
 
-    def add(entry: Entry, what: str, use: Use) -> None:
+    def add(entry: Entry, what: str, use: Use | str, source: str = RUN) -> None:
+        who = _who(use) if isinstance(use, Use) else use
         opts = entry.options
         if general is not None and not entry.ukl:
             missing = [o for o in opts if general.get(o, "n") == "n"]
             if missing:
                 sel.left_out.append(f"{what}: {', '.join(missing)} is not in the general kernel either "
-                                    f"({_who(use)})")
+                                    f"({who}; {source})")
                 opts = tuple(o for o in opts if o not in missing)
-        sel.add(opts, f"{what}: {entry.where} ({_who(use)})")
+        sel.add(opts, f"{source}: {what}: {entry.where} ({who})")
 
     calls = table.sections["syscalls"]
     for name, use in sorted(usage.syscalls.items()):
@@ -391,11 +425,51 @@ def choose(usage: Usage, table: Table, general: dict[str, str] | None = None,
             add(e, f"{call}(... {word} ...)", use)
     nic = list(nic_reasons or [])
     nic += [f"{addr} reached ({_who(use)})" for addr, use in sorted(usage.addresses.items())]
+    if code is not None:
+        nic += _choose_code(code, table, add)
+    for opt, reason in manual or []:
+        if opt == "nic":
+            nic.append(f"asked for: {reason}")
+        else:
+            sel.add((opt,), f"asked for: {reason}")
     if nic:
         sel.add(table.nic.options, f"the network device: {table.nic.where}; " + "; ".join(nic))
-    for opt, reason in manual or []:
-        sel.add((opt,), f"the recipe: {reason}")
     return sel
+
+
+def _choose_code(code: Code, table: Table, add) -> list[str]:
+    """Add what the program's code can call; return why it needs the
+    network device, if it does (it can listen on an IP socket)."""
+    calls = table.sections["syscalls"]
+    seen = code.syscalls()
+    for name, sites in seen.items():
+        e = calls.get(name)
+        if e is not None:
+            add(e, f"{name}()", f"{sites} site{'s' if sites != 1 else ''} in the program", CODE)
+    args = table.sections["arguments"]
+    families = table.sections["families"]
+    inet = False
+    for func, consts in sorted(code.use.first_args.items()):
+        for const, sites in sorted(consts.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+            where = f"{sites} call{'s' if sites != 1 else ''} in the program"
+            if func in CLOCK_FUNCTIONS:
+                if const is None:  # a clock the code computes: any of them
+                    for word, e in sorted(args.items()):
+                        if word.startswith("CLOCK_") and func in e.calls:
+                            add(e, f"{func}(a computed clock id, so {word})", where, CODE)
+                elif const in CLOCK_IDS and CLOCK_IDS[const] in args and func in args[CLOCK_IDS[const]].calls:
+                    add(args[CLOCK_IDS[const]], f"{func}({CLOCK_IDS[const]})", where, CODE)
+            elif func in SOCKET_FUNCTIONS:
+                names = sorted(families) if const is None else [FAMILIES.get(const, "")]
+                for fam in names:
+                    if fam in families and fam != "AF_LOCAL":
+                        what = f"{func}({fam})" if const is not None else f"{func}(a computed family, so {fam})"
+                        add(families[fam], what, where, CODE)
+                        inet = inet or fam in ("AF_INET", "AF_INET6")
+    listens = [c for c in LISTENS if c in seen]
+    if listens and inet:
+        return [f"its code can serve on an IP port ({', '.join(f'{c}()' for c in listens)} and IP sockets)"]
+    return []
 
 
 def _prefix_entry(word: str, entries: dict[str, Entry]) -> Entry | None:
@@ -482,13 +556,21 @@ def strace_files() -> list[tuple[Path, str]]:
     return files
 
 
+@dataclass
+class Request:
+    """What the user asks of a file's or directory's specialization."""
+    args: list[str] | None = None          # the recorded run's arguments (None: the image's own)
+    statuses: list[int] = field(default_factory=lambda: [0])  # the statuses it may end with
+    manual: list[tuple[str, str]] = field(default_factory=list)  # --kconfig (option or "nic", why)
+
+
 def smoke_for(recipe: recipes.Recipe | None, args: list[str]) -> tuple[str, list[str], float, str]:
     """The smoke test the recording and the re-verification run, the lines
     it must print, its timeout, and what strace runs: the recipe's [smoke]
     script under the shell (the shell and the tools it runs are part of
     the test, and they run on the specialized kernel too), else the
     application itself with ARGS (its image has no shell), which must exit
-    with status 0."""
+    with one of the statuses asked for (Request.statuses)."""
     if recipe is not None and recipe.smoke is not None:
         return recipe.smoke.sh, recipe.smoke.expect, recipe.smoke.timeout, f"/bin/sh {SMOKE_FILE}"
     return "", [], 120.0, " ".join(["$UKL_APP", *(shlex.quote(a) for a in args)])
@@ -497,7 +579,9 @@ def smoke_for(recipe: recipes.Recipe | None, args: list[str]) -> tuple[str, list
 def wrapper(traced: str) -> str:
     """The shell command line the recording boot runs instead of the
     application: TRACED under strace, then the trace on the console."""
-    return (f"strace -f -qq -s 0 -o {GUEST_TRACE} {traced}; s=$?; "
+    # -s 16: a string argument's first 16 bytes, so that mount()'s file
+    # system type is in the trace (paths are printed whole whatever -s)
+    return (f"strace -f -qq -s 16 -o {GUEST_TRACE} {traced}; s=$?; "
             "echo \"ukl-specialize: smoke status $s\"; "
             f"echo '{TRACE_BEGIN}'; gzip -c {GUEST_TRACE} | base64; echo '{TRACE_END}'; exit $s")
 
@@ -515,7 +599,13 @@ def extract_trace(console: str) -> str:
         raise UklError(f"the trace on the console is damaged: {e}", "see the recording's console log") from None
 
 
-def _boot(outdir: Path, sh: str, smoke: str, log: Path, timeout: float, args: list[str]) -> tuple[vm.RunResult, str]:
+# The recording boot's kernel arguments: no vDSO, so that the clocks are
+# read by system calls, as UKL's C library reads them in ring 0
+RECORD_APPEND = ["vdso=0"]
+
+
+def _boot(outdir: Path, sh: str, smoke: str, log: Path, timeout: float, args: list[str],
+          append: list[str] | None = None) -> tuple[vm.RunResult, str]:
     with tempfile.TemporaryDirectory(prefix="ukl-specialize-") as td:
         extra = initramfs.args_archive(args, Path(td), sh)
         script = Path(td) / "smoke.sh"
@@ -523,11 +613,12 @@ def _boot(outdir: Path, sh: str, smoke: str, log: Path, timeout: float, args: li
         smoke_cpio = Path(td) / "smoke.cpio"
         initramfs.write(initramfs.Spec().file(SMOKE_FILE, script, "0644"), smoke_cpio)
         res = vm.boot(vm.RunSpec(bzimage=outdir / "bzImage", initrds=[outdir / "initramfs.cpio", extra, smoke_cpio],
-                                 log=log, timeout=timeout, show=False))
+                                 log=log, timeout=timeout, show=False, append=list(append or [])))
     return res, log.read_text(errors="replace")
 
 
-def _smoke_ok(res: vm.RunResult, console: str, expect: list[str], status_from_console: bool) -> str | None:
+def _smoke_ok(res: vm.RunResult, console: str, expect: list[str], status_from_console: bool,
+             statuses: list[int] | None = None) -> str | None:
     """None if the smoke test passed, else why not."""
     if res.failures:
         return "the kernel failed: " + res.failures[0]
@@ -537,8 +628,8 @@ def _smoke_ok(res: vm.RunResult, console: str, expect: list[str], status_from_co
     if status_from_console:
         m = SMOKE_STATUS.findall(console)
         status = int(m[-1]) if m else None
-    if status != 0:
-        return f"it exited with status {status}"
+    if status not in (statuses or [0]):
+        return f"it exited with status {status}" + (f", not {', '.join(map(str, statuses))}" if statuses else "")
     missing = [e for e in expect if e not in console]
     return f"its output lacks: {', '.join(missing)}" if missing else None
 
@@ -552,7 +643,7 @@ class Recording:
 
 
 def record(spec: image.BuildSpec, smoke: str, expect: list[str], timeout: float, traced: str,
-           workdir: Path) -> Recording:
+           workdir: Path, statuses: list[int] | None = None) -> Recording:
     """Build SPEC (for `linux`, with strace) and boot it running SMOKE under
     strace; the trace, cached by the image's and the script's content."""
     start = time.monotonic()
@@ -561,7 +652,7 @@ def record(spec: image.BuildSpec, smoke: str, expect: list[str], timeout: float,
     h = hashlib.sha256()
     for part in ("bzImage", "initramfs.cpio"):
         h.update(hashlib.sha256((spec.outdir / part).read_bytes()).digest())
-    h.update(smoke.encode() + b"\0" + wrapper(traced).encode())
+    h.update(smoke.encode() + b"\0" + wrapper(traced).encode() + b"\0" + " ".join(RECORD_APPEND).encode())
     key = h.hexdigest()[:16]
     cached = cache_dir() / "specialize" / "traces" / f"{key}.trace.gz"
     if cached.is_file():
@@ -569,11 +660,12 @@ def record(spec: image.BuildSpec, smoke: str, expect: list[str], timeout: float,
                          time.monotonic() - start, True)
     log = workdir / "record-console.log"
     with ui.step("recording the smoke test under strace on the general kernel"):
-        res, console = _boot(spec.outdir, wrapper(traced), smoke, log, timeout * 4, [])
-    why = _smoke_ok(res, console, expect, status_from_console=True)
+        res, console = _boot(spec.outdir, wrapper(traced), smoke, log, timeout * 4, [], RECORD_APPEND)
+    why = _smoke_ok(res, console, expect, status_from_console=True, statuses=statuses)
     if why:
         raise UklError(f"the smoke test failed on the general kernel while it was recorded: {why}",
-                       f"see {log}; the application must pass its smoke test under `linux` first")
+                       f"see {log}; the application must pass its smoke test under `linux` first (a file or "
+                       "directory: name the run with --record-args and its statuses with --record-status)")
     trace = extract_trace(console)
     cached.parent.mkdir(parents=True, exist_ok=True)
     cached.write_bytes(gzip.compress(trace.encode()))
@@ -600,6 +692,9 @@ class Result:
     build_seconds: float
     verified: bool
     verify_log: str
+    code_syscalls: dict[str, int] = field(default_factory=dict)  # calls the program's code can make -> sites
+    code_unresolved: int = 0           # `syscall` sites whose number is not a constant nearby
+    from_code: list[str] = field(default_factory=list)  # options only the program's code gave
 
 
 def manual_options(r: recipes.Recipe | None) -> list[tuple[str, str]]:
@@ -619,10 +714,25 @@ def nic_reasons(r: recipes.Recipe | None) -> list[str]:
     return out
 
 
-def build(spec: image.BuildSpec, recipe: recipes.Recipe | None, make_spec) -> Result:
+def program_code(rec_image: Path) -> Code:
+    """What the recorded program's code can call: the static executable
+    in the recording image (/bin/NAME), read by binsyscalls."""
+    man = image.load(rec_image)
+    data = initramfs.read_member((rec_image / "initramfs.cpio").read_bytes(), f"bin/{man.app}")
+    if data is None:
+        raise UklError(f"the recording image {rec_image} has no bin/{man.app}", "rebuild with --specialize")
+    with tempfile.TemporaryDirectory(prefix="ukl-specialize-") as td:
+        exe = Path(td) / man.app
+        exe.write_bytes(data)
+        return Code(binsyscalls.of_program(exe), binsyscalls.syscall_names())
+
+
+def build(spec: image.BuildSpec, recipe: recipes.Recipe | None, make_spec, request: Request | None = None) -> Result:
     """The specialized image of SPEC (its config: the one to specialize) in
     SPEC.outdir. MAKE_SPEC(config, outdir, extra_files) gives the build
-    spec of the same application for another configuration."""
+    spec of the same application for another configuration. REQUEST: a
+    file's or directory's run to record, its statuses, its options."""
+    request = request or Request()
     prof = profiles.parse(spec.config)
     if prof.config.startswith(PREFIX):
         raise UklError(f"'{spec.config}' is already specialized", "name the configuration to specialize, e.g. base")
@@ -631,18 +741,21 @@ def build(spec: image.BuildSpec, recipe: recipes.Recipe | None, make_spec) -> Re
     work = cache_dir() / "specialize" / "record" / re.sub(r"[^A-Za-z0-9._+-]", "_",
                                                           recipe.name if recipe else str(spec.sources[0]).strip("/"))
     work.mkdir(parents=True, exist_ok=True)
-    smoke, expect, timeout, traced = smoke_for(recipe, spec.args)
+    run_args = spec.args if request.args is None else request.args
+    smoke, expect, timeout, traced = smoke_for(recipe, run_args)
+    statuses = [0] if smoke else request.statuses
     rec_spec: image.BuildSpec = make_spec("linux", work / "image", strace_files())
     rec_spec.userspace = True
     rec_spec.compression = None   # the recording is the same whatever the result's compression
     rec_spec.optimize = None      # or its kernel's optimization
     # two specializations of one application at once take turns on its recording image
     with lock.held(f"specialize-record-{work.name}", f"the recording of {work.name}"):
-        rec = record(rec_spec, smoke, expect, timeout, traced, work)
+        rec = record(rec_spec, smoke, expect, timeout, traced, work, statuses)
+        code = program_code(rec_spec.outdir)
     usage = parse_trace(rec.trace, "sh" if smoke else spec.name or "app")
     if usage.lines == 0:
         raise UklError("the recorded trace holds no system calls", f"see {work / 'record-console.log'}")
-    sel = choose(usage, table, general_config(), manual_options(recipe), nic_reasons(recipe))
+    sel = choose(usage, table, general_config(), manual_options(recipe) + request.manual, nic_reasons(recipe), code)
     text = fragment(prof.config, sel, table)
     name = store(text)
     full = "+".join((name, *prof.opts))
@@ -657,15 +770,17 @@ def build(spec: image.BuildSpec, recipe: recipes.Recipe | None, make_spec) -> Re
         if recipe is not None and recipe.smoke is not None:
             res, console = _boot(spec.outdir, recipe.smoke.sh, smoke, log, timeout, [])
         else:
-            res, console = _boot_plain(spec.outdir, man, log, timeout)
-        why = _smoke_ok(res, console, expect, status_from_console=False)
+            res, console = _boot_plain(spec.outdir, run_args, log, timeout)
+        why = _smoke_ok(res, console, expect, status_from_console=False, statuses=statuses)
     _, dropped = config_lines(prof.config, table)
     core = sorted(kernel.parse_fragment(CORE_FILE.read_text()))
     own = sorted(o for f in kernel.fragments(prof.config) if f.name != kernel.BASE_FRAGMENT
                  for o in kernel.parse_fragment(f.read_text()) if o not in table.drop)
     result = Result(full, spec.config, man.app, {o: c.reasons for o, c in sorted(sel.options.items())}, core, own,
                     dropped, sel.left_out, sel.unknown, {k: v.count for k, v in sorted(usage.syscalls.items())},
-                    usage.lines, rec.seconds, rec.cached, build_seconds, why is None, str(log))
+                    usage.lines, rec.seconds, rec.cached, build_seconds, why is None, str(log),
+                    code.syscalls(), code.use.unresolved,
+                    sorted(o for o, c in sel.options.items() if all(r.startswith(CODE) for r in c.reasons)))
     write_reports(result, spec.outdir, table)
     if why:
         raise UklError(f"the smoke test fails on the specialized kernel '{name}': {why}",
@@ -674,10 +789,10 @@ def build(spec: image.BuildSpec, recipe: recipes.Recipe | None, make_spec) -> Re
     return result
 
 
-def _boot_plain(outdir: Path, man: image.Manifest, log: Path, timeout: float) -> tuple[vm.RunResult, str]:
-    """The application with its default arguments (an image without a shell)."""
+def _boot_plain(outdir: Path, args: list[str], log: Path, timeout: float) -> tuple[vm.RunResult, str]:
+    """The application with the recorded run's arguments (an image without a shell)."""
     with tempfile.TemporaryDirectory(prefix="ukl-specialize-") as td:
-        extra = initramfs.args_archive(man.args, Path(td))
+        extra = initramfs.args_archive(args, Path(td))
         res = vm.boot(vm.RunSpec(bzimage=outdir / "bzImage", initrds=[outdir / "initramfs.cpio", extra], log=log,
                                  timeout=timeout, show=False))
     return res, log.read_text(errors="replace")
@@ -696,7 +811,12 @@ def markdown(r: Result, table: Table) -> str:
              "kernel/specialize/core.config, the fragments of "
              f"`{r.origin}`, and the {len(r.options)} options below, which the application's smoke test was seen to "
              f"need when it ran under strace on the general kernel ({r.trace_lines} system calls, "
-             f"{len(r.syscalls)} distinct; the trace is specialize-trace.gz, the fragment specialize.config).", "",
+             f"{len(r.syscalls)} distinct; the trace is specialize-trace.gz, the fragment specialize.config), "
+             f"and that its code can need ({len(r.code_syscalls)} system calls its machine code can make, "
+             f"{r.code_unresolved} `syscall` sites whose number it computes). Each reason says where it comes "
+             f"from: *{RUN}* (the recorded run) or *{CODE}* (the program's code, whether the run executed it or "
+             f"not). {len(r.from_code)} options come from the code alone: "
+             + (", ".join(f"`{o}`" for o in r.from_code) or "none") + ".", "",
              f"Re-verified: the smoke test {'passes' if r.verified else '**fails**'} on this kernel "
              f"({Path(r.verify_log).name}).", "",
              "## Options chosen for the application", "", "| option | why |", "|---|---|"]
@@ -720,6 +840,8 @@ def markdown(r: Result, table: Table) -> str:
         lines += ["## Seen, without a precise table entry (check these by hand)", "",
                   *[f"* {_md(x)}" for x in r.unknown], ""]
     lines += ["## System calls seen", "", ", ".join(f"{k} ({v})" for k, v in r.syscalls.items()), ""]
+    lines += ["## System calls the program's code can make (sites)", "",
+              ", ".join(f"{k} ({v})" for k, v in r.code_syscalls.items()) or "(none found)", ""]
     return "\n".join(lines)
 
 

@@ -1,0 +1,152 @@
+"""The system calls a static program can make, read from its machine code.
+
+A recorded run shows only what the run happened to execute. The static
+binary holds the rest of the evidence: glibc's wrapper for each call is
+linked into it only if the program can call it, and each wrapper loads
+the call's number into %eax right before its `syscall` instruction (or
+into %edi before a call of glibc's syscall() function). So a `syscall`
+with a constant number within a few instructions before it is a call the
+program can make. The arguments that select a kernel option (a clock id,
+a socket family) are constants at the call sites of the C library's
+functions in most programs; where they are not, specialize.py is
+conservative.
+
+Sites whose number is not a constant nearby (a number passed through a
+register from further away) are counted as unresolved; specialize.md
+reports them."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
+
+from ukltool.source import sources
+from ukltool.util.errors import UklError
+from ukltool.util.proc import run
+
+LOOKBACK = 12  # instructions before a `syscall` or a call searched for the number
+INSN = re.compile(r"^\s*[0-9a-f]+:\s+(?P<op>[a-z][a-z0-9.]*)\s*(?P<args>.*?)\s*$")
+FUNC = re.compile(r"^[0-9a-f]+ <(?P<name>[^>]+)>:$")
+CALL_TARGET = re.compile(r"^(?P<addr>[0-9a-f]+) <[^>]+>$")
+LOAD = re.compile(r"^\$0x(?P<imm>[0-9a-f]+),%(?P<reg>[a-z0-9]+)$")
+ZERO = re.compile(r"^%(?P<reg>[a-z0-9]+),%(?P=reg)$")
+# registers each number may be loaded into: the syscall's (%eax), a
+# function's first argument (%edi)
+EAX, EDI = ("eax", "rax"), ("edi", "rdi")
+# the C library's functions whose first argument is looked for at each call
+# (by any of their names: __socket, ___timer_create, ...)
+ARG_FUNCTIONS = frozenset(("syscall", "socket", "socketpair", "clock_gettime", "clock_getres", "clock_nanosleep",
+                           "timer_create"))
+
+
+@dataclass
+class BinaryUse:
+    """What the program's code can ask of the kernel."""
+    syscalls: Counter[int] = field(default_factory=Counter)        # number -> sites
+    unresolved: int = 0                                             # `syscall` sites without a nearby number
+    first_args: dict[str, Counter[int | None]] = field(default_factory=dict)  # function -> constant first argument
+    # (None: a call whose first argument is not a constant nearby)
+
+
+def _loaded(window: list[tuple[str, str]], regs: tuple[str, ...]) -> int | None:
+    """The constant last loaded into one of REGS in WINDOW (the
+    instructions before a site, oldest first); None if it is not one."""
+    for op, args in reversed(window):
+        if op.startswith(("call", "jmp", "ret", "syscall")) or op.startswith("j"):
+            return None  # another block: the number is not this site's
+        m = LOAD.match(args)
+        if m and m.group("reg") in regs and op.startswith("mov"):
+            return int(m.group("imm"), 16)
+        z = ZERO.match(args)
+        if z and z.group("reg") in regs and op.startswith("xor"):
+            return 0
+        if re.search(r",%(" + "|".join(regs) + r")$", args):
+            return None  # written some other way
+    return None
+
+
+def arg_functions(exe: Path) -> dict[int, str]:
+    """The addresses of ARG_FUNCTIONS in EXE, from its symbol table (a
+    stripped program has none: its calls' arguments are then unknown)."""
+    out: dict[int, str] = {}
+    try:
+        with open(exe, "rb") as fh:
+            symtab = ELFFile(fh).get_section_by_name(".symtab")
+            if not isinstance(symtab, SymbolTableSection):
+                return out
+            for sym in symtab.iter_symbols():
+                name = sym.name.lstrip("_")
+                if name in ARG_FUNCTIONS and sym["st_info"]["type"] in ("STT_FUNC", "STT_GNU_IFUNC"):
+                    out[sym["st_value"]] = name
+    except (OSError, ELFError) as e:
+        raise UklError(f"cannot read {exe}: {e}", "rebuild the application") from None
+    return out
+
+
+def analyze(disassembly: str, functions: dict[int, str] | None = None) -> BinaryUse:
+    """The system calls in objdump -d's AT&T output; FUNCTIONS: the
+    addresses of ARG_FUNCTIONS (arg_functions)."""
+    functions = functions or {}
+    use = BinaryUse()
+    window: list[tuple[str, str]] = []
+    for line in disassembly.splitlines():
+        if FUNC.match(line):
+            window = []
+            continue
+        m = INSN.match(line)
+        if not m:
+            continue
+        op, args = m.group("op"), m.group("args")
+        if op == "syscall":
+            n = _loaded(window, EAX)
+            if n is None:
+                use.unresolved += 1
+            else:
+                use.syscalls[n] += 1
+        elif op.startswith(("call", "jmp")):
+            t = CALL_TARGET.match(args)
+            name = functions.get(int(t.group("addr"), 16)) if t else None
+            if name is not None:
+                arg = _loaded(window, EDI)
+                use.first_args.setdefault(name, Counter())[arg] += 1
+                if name == "syscall" and arg is not None:
+                    use.syscalls[arg] += 1
+        window.append((op, args))
+        del window[:-LOOKBACK]
+    return use
+
+
+def disassemble(exe: Path) -> str:
+    return run(["objdump", "-d", "--no-show-raw-insn", "-M", "att", str(exe)], what=f"disassembling {exe.name}")
+
+
+def of_program(exe: Path) -> BinaryUse:
+    return analyze(disassemble(exe), arg_functions(exe))
+
+
+def syscall_names(table: Path | None = None) -> dict[int, str]:
+    """x86-64's system call numbers and names (the 64-bit and common ABI
+    of the kernel's syscall_64.tbl); UKL's own calls are syscall_0xN."""
+    if table is None:
+        _, tree = sources.linux_tree()
+        table = tree / "arch" / "x86" / "entry" / "syscalls" / "syscall_64.tbl"
+    try:
+        text = table.read_text()
+    except OSError as e:
+        raise UklError(f"cannot read {table}: {e.strerror}", "unpack the kernel's source: ./ukl sources") from None
+    names = {}
+    for line in text.splitlines():
+        parts = line.split("#", 1)[0].split()
+        if len(parts) >= 3 and parts[0].isdigit() and parts[1] in ("common", "64"):
+            names[int(parts[0])] = parts[2]
+    return names
+
+
+def name_of(n: int, names: dict[int, str]) -> str:
+    return names.get(n, f"syscall_{n:#x}")
