@@ -8,8 +8,8 @@
  * signalfd, flock, timer_create, an AF_UNIX socketpair, and clock_gettime
  * and clock_getres of CLOCK_MONOTONIC_RAW, the coarse clocks and
  * CLOCK_TAI. A kernel specialized from the quiet run must still serve
- * them, since the program's code can make them. Prints FAIL lines and
- * exits 1 if one fails; else "sometimes: N calls work".
+ * them, since the program's code can make them. Prints a FAIL line for
+ * each that fails, then "sometimes: N calls, F failed", and exits 1 if F > 0.
  */
 #define _GNU_SOURCE
 #include <errno.h>

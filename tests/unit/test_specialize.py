@@ -357,3 +357,14 @@ def test_the_initramfs_gives_back_its_members(tmp_path):
     initramfs.write(spec, tmp_path / "i.cpio")
     data = (tmp_path / "i.cpio").read_bytes()
     assert initramfs.read_member(data, "bin/a") == b"x" * 5 and initramfs.read_member(data, "bin/b") is None
+
+
+def test_the_kept_trace_holds_no_application_data():
+    trace = ('60    write(1, "secret password\\n", 16) = 16\n'
+             '60    openat(AT_FDCWD, "/etc/passwd", O_RDONLY) = 3\n'
+             '60    mount("none", "/mnt", "tmpfs", 0, NULL) = 0\n'
+             '60    <... read resumed>"top secret", 10) = 10\n')
+    kept = specialize.redact(trace)
+    assert "secret" not in kept and '"/etc/passwd"' in kept and '"tmpfs"' in kept
+    u = specialize.parse_trace(kept)
+    assert "tmpfs" in u.filesystems and "/etc/passwd" in u.paths and u.syscalls["write"].count == 1

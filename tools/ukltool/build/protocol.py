@@ -23,7 +23,8 @@ DEBUG_EXIT_DEVICE = f"isa-debug-exit,iobase={DEBUG_EXIT_PORT:#x},iosize=0x04"
 
 # The application as PID 1 (`ukl run --pid1`, patch "x86/ukl: let the
 # application run as init"): the kernel starts /ukl/NAME itself and, when it
-# exits, prints this (a kernel message, at KERN_EMERG) and ends the machine.
+# exits, prints this (a kernel warning: the console's log level must be 5 or
+# more) and ends the machine.
 # `ukl run` reads it from the status port (ttyS1), a console of the
 # kernel's only: the application's output goes to /dev/console (ttyS0), so
 # a line it prints cannot pass for the kernel's. With or without printk's

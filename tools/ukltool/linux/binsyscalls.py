@@ -36,6 +36,9 @@ FUNC = re.compile(r"^[0-9a-f]+ <(?P<name>[^>]+)>:$")
 CALL_TARGET = re.compile(r"^(?P<addr>[0-9a-f]+) <[^>]+>$")
 LOAD = re.compile(r"^\$0x(?P<imm>[0-9a-f]+),%(?P<reg>[a-z0-9]+)$")
 ZERO = re.compile(r"^%(?P<reg>[a-z0-9]+),%(?P=reg)$")
+IMPLICIT_WRITERS = frozenset(("cltq", "cqto", "cltd", "cwtl", "rdtsc", "rdtscp", "cpuid", "mul", "div", "imul", "idiv",
+                              "xchg", "cmpxchg", "lods", "in", "rdpid"))
+PREFIXES = frozenset(("bnd", "notrack", "rep", "repz", "repnz", "repe", "repne", "lock", "data16", "cs", "ds"))
 # registers each number may be loaded into: the syscall's (%eax), a
 # function's first argument (%edi)
 EAX, EDI = ("eax", "rax"), ("edi", "rdi")
@@ -66,8 +69,8 @@ def _loaded(window: list[tuple[str, str]], regs: tuple[str, ...]) -> int | None:
         z = ZERO.match(args)
         if z and z.group("reg") in regs and op.startswith("xor"):
             return 0
-        if re.search(r",%(" + "|".join(regs) + r")$", args):
-            return None  # written some other way
+        if re.search(r"(^|,)%(" + "|".join(regs) + r")$", args) or op in IMPLICIT_WRITERS:
+            return None  # written some other way (pop %rax, cltq, ...)
     return None
 
 
@@ -102,7 +105,10 @@ def analyze(disassembly: str, functions: dict[int, str] | None = None) -> Binary
         m = INSN.match(line)
         if not m:
             continue
-        op, args = m.group("op"), m.group("args")
+        op, args = m.group("op"), m.group("args").split("#", 1)[0].strip()
+        while op in PREFIXES and args:  # repz ret, bnd jmp, notrack call, lock ...
+            op, _, args = args.partition(" ")
+            args = args.strip()
         if op == "syscall":
             n = _loaded(window, EAX)
             if n is None:

@@ -586,6 +586,24 @@ def wrapper(traced: str) -> str:
             f"echo '{TRACE_BEGIN}'; gzip -c {GUEST_TRACE} | base64; echo '{TRACE_END}'; exit $s")
 
 
+KEEP_STRINGS = PATH_CALLS | {"mount", "execve", "execveat"}
+NAMED = re.compile(r"^\d+\s+(?:<\.\.\. )?(?P<name>\w+)[( ]")
+
+
+def redact(trace: str) -> str:
+    """TRACE without the data strace -s 16 shows of buffers (what a program
+    reads, writes, sends: secrets, perhaps): only paths and mount()'s file
+    system type keep their strings, in what is cached and written to
+    OUTDIR/specialize-trace.gz."""
+    out = []
+    for line in trace.splitlines():
+        m = NAMED.match(line.strip())
+        if m is None or m.group("name") not in KEEP_STRINGS:
+            line = STRING.sub('""', line)
+        out.append(line)
+    return "\n".join(out) + ("\n" if trace.endswith("\n") else "")
+
+
 def extract_trace(console: str) -> str:
     """The trace between the markers on the console (base64 of gzip)."""
     begin, end = console.rfind(TRACE_BEGIN), console.rfind(TRACE_END)
@@ -653,6 +671,7 @@ def record(spec: image.BuildSpec, smoke: str, expect: list[str], timeout: float,
     for part in ("bzImage", "initramfs.cpio"):
         h.update(hashlib.sha256((spec.outdir / part).read_bytes()).digest())
     h.update(smoke.encode() + b"\0" + wrapper(traced).encode() + b"\0" + " ".join(RECORD_APPEND).encode())
+    h.update(b"\0" + ",".join(map(str, statuses or [0])).encode())
     key = h.hexdigest()[:16]
     cached = cache_dir() / "specialize" / "traces" / f"{key}.trace.gz"
     if cached.is_file():
@@ -666,7 +685,7 @@ def record(spec: image.BuildSpec, smoke: str, expect: list[str], timeout: float,
         raise UklError(f"the smoke test failed on the general kernel while it was recorded: {why}",
                        f"see {log}; the application must pass its smoke test under `linux` first (a file or "
                        "directory: name the run with --record-args and its statuses with --record-status)")
-    trace = extract_trace(console)
+    trace = redact(extract_trace(console))
     cached.parent.mkdir(parents=True, exist_ok=True)
     cached.write_bytes(gzip.compress(trace.encode()))
     return Recording(trace, key, time.monotonic() - start, False)

@@ -352,13 +352,18 @@ def _firecracker_owned(target: Path) -> set[str]:
             raise UklError(f"--firecracker {target}: {target.parent} is not a directory", "create it first")
         return set()
     mark = target / FIRECRACKER_MARK
-    names = set(os.listdir(target))
-    if not names:
-        return set()
-    if mark.is_symlink() or not mark.is_file():
-        raise UklError(f"--firecracker {target} is not empty and was not written by ukl pkg",
-                       "choose another DIR or empty it")
-    owned = {n for n in mark.read_text(errors="replace").splitlines() if n in FIRECRACKER_FILES}
+    try:
+        names = set(os.listdir(target))
+        if not names:
+            return set()
+        # (a DIR an earlier ukl pkg wrote, before the mark, is refused too:
+        # its vmlinux and vm-config.json cannot be told from the user's)
+        if mark.is_symlink() or not mark.is_file():
+            raise UklError(f"--firecracker {target} is not empty and was not written by ukl pkg",
+                           "choose another DIR or empty it")
+        owned = {n for n in mark.read_text(errors="replace").splitlines() if n in FIRECRACKER_FILES}
+    except OSError as e:
+        raise UklError(f"--firecracker {target}: cannot read it: {e.strerror}", "check its permissions") from None
     for n in FIRECRACKER_FILES:
         f = target / n
         if n in names and (n not in owned or f.is_symlink() or not f.is_file()):
@@ -385,13 +390,16 @@ def firecracker_dir(outdir: Path, target: Path) -> Path:
         files["initramfs.cpio"] = initrd.read_bytes()
     mark = "".join(f"{n}\n" for n in sorted(files)).encode()
     if not target.exists():
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        try:
+            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        except OSError as e:
+            raise UklError(f"cannot write {target}: {e.strerror}", "check the path and its permissions") from None
         try:
             for n, data in files.items():
                 (tmp / n).write_bytes(data)
             (tmp / FIRECRACKER_MARK).write_bytes(mark)
             tmp.chmod(0o755)
-            os.rename(tmp, target)  # fails, rather than replaces, if DIR appeared meanwhile
+            os.rename(tmp, target)  # fails if DIR appeared meanwhile with something in it
         except OSError as e:
             shutil.rmtree(tmp, ignore_errors=True)
             raise UklError(f"cannot write {target}: {e.strerror}", "check the path and the free space") from None
