@@ -24,6 +24,10 @@
  * container's network, read here since the kernel has no IP_PNP) gives eth0
  * that address instead of 10.0.2.15.
  *
+ * With ukl_core=1 on the kernel command line (`ukl run --core DIR`), the
+ * application may dump core, and its cores go to a disk for the host
+ * (cores_setup(), cores_save()).
+ *
  * For `ukl bench boot` (kernel command line; the kernel passes such words
  * to init as environment variables):
  *   - ukl_stamp=1: right before exec'ing the application, read the time
@@ -37,6 +41,7 @@
  *     "ukl-init: reply tsc N", and stops the application (SIGTERM).
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <arpa/inet.h>
@@ -44,6 +49,7 @@
 #include <net/route.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +57,7 @@
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/reboot.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -155,11 +162,158 @@ static void lead_session(void)
 	_exit(WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status));
 }
 
+/*
+ * ukl_core=1 (`ukl run --core DIR`): the application may dump core
+ * (RLIMIT_CORE unlimited) into /ukl-core; once it has exited, every file
+ * there is copied to the disk whose serial is "ukl-core", as records
+ * that the host reads back (guest/PROTOCOL.md).
+ */
+static int save_cores;
+
+static void cores_setup(void)
+{
+	static const char pattern[] = "/ukl-core/core.%e.%p";
+	struct rlimit unlimited = { RLIM_INFINITY, RLIM_INFINITY };
+	int fd;
+
+	save_cores = 1;
+	if (mkdir("/ukl-core", 0755) && errno != EEXIST)
+		say("cannot make %s", "/ukl-core");
+	/* A UKL core is root's in any case; an ordinary process's is its own */
+	if (chmod("/ukl-core", 01777))
+		say("cannot open %s to every user", "/ukl-core");
+	fd = open("/proc/sys/kernel/core_pattern", O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, pattern, strlen(pattern)) < 0)
+		say("cannot set %s", "/proc/sys/kernel/core_pattern");
+	if (fd >= 0)
+		close(fd);
+	if (setrlimit(RLIMIT_CORE, &unlimited))
+		say("cannot raise %s", "RLIMIT_CORE");
+}
+
+/* The disk whose serial is ukl-core, open for writing, or -1 */
+static int core_disk(void)
+{
+	char path[300], serial[64];
+	DIR *d = opendir("/sys/block");
+	struct dirent *de;
+	int fd = -1;
+
+	while (d && fd < 0 && (de = readdir(d))) {
+		snprintf(path, sizeof(path), "/sys/block/%s/serial", de->d_name);
+		if (de->d_name[0] == '.' || slurp(path, serial, sizeof(serial)) < 0)
+			continue;
+		serial[strcspn(serial, "\n")] = 0;
+		if (strcmp(serial, "ukl-core"))
+			continue;
+		snprintf(path, sizeof(path), "/dev/%s", de->d_name);
+		fd = open(path, O_WRONLY | O_CLOEXEC);
+	}
+	if (d)
+		closedir(d);
+	return fd;
+}
+
+static int put(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* One record: the header, the name, SIZE bytes of FD (zeros past its end) */
+static int put_core(int disk, int fd, const char *name, uint64_t size)
+{
+	static char buf[65536];
+	uint32_t len[2] = { (uint32_t)strlen(name), 0 };
+
+	if (put(disk, "UKLCORE1", 8) || put(disk, len, sizeof(len)) ||
+	    put(disk, &size, sizeof(size)) || put(disk, name, len[0]))
+		return -1;
+	while (size) {
+		size_t want = size < sizeof(buf) ? (size_t)size : sizeof(buf);
+		ssize_t got = read(fd, buf, want);
+
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0) {
+			memset(buf, 0, want);	/* the file shrank: keep the size */
+			got = (ssize_t)want;
+		}
+		if (put(disk, buf, (size_t)got))
+			return -1;
+		size -= (uint64_t)got;
+	}
+	return 0;
+}
+
+static void cores_save(void)
+{
+	int disk = core_disk(), saved = 0;
+	struct dirent *de;
+	off_t room;
+	DIR *d;
+
+	if (disk < 0) {
+		say("no disk with serial %s: the cores stay in the guest", "ukl-core");
+		return;
+	}
+	room = lseek(disk, 0, SEEK_END) - 8;	/* the end marker's 8 bytes */
+	lseek(disk, 0, SEEK_SET);
+	d = opendir("/ukl-core");
+	while (d && (de = readdir(d))) {
+		char path[300];
+		struct stat st;
+		off_t need;
+		int fd;
+
+		snprintf(path, sizeof(path), "/ukl-core/%s", de->d_name);
+		fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+			close(fd);
+			continue;
+		}
+		need = 24 + (off_t)strlen(de->d_name) + st.st_size;
+		if (need > room) {
+			say("no room on the core disk for %s", de->d_name);
+		} else if (put_core(disk, fd, de->d_name, (uint64_t)st.st_size)) {
+			say("cannot write %s to the core disk", de->d_name);
+			close(fd);
+			break;
+		} else {
+			room -= need;
+			saved++;
+		}
+		close(fd);
+	}
+	if (d)
+		closedir(d);
+	if (put(disk, "UKLCEND1", 8) || fsync(disk))
+		say("cannot finish the core disk%s", "");
+	close(disk);
+	fprintf(stderr, "ukl-init: %d core file%s saved\n", saved, saved == 1 ? "" : "s");
+}
+
 static void report_and_exit(int code)
 {
 	char line[32];
-	int fd = open("/dev/ttyS1", O_WRONLY | O_NOCTTY | O_CLOEXEC);
+	int fd;
 
+	if (save_cores)
+		cores_save();
+	fd = open("/dev/ttyS1", O_WRONLY | O_NOCTTY | O_CLOEXEC);
 	fprintf(stderr, "ukl-init: application exited with status %d\n", code);
 	/* QEMU exits with the status: first let the console send what is queued */
 	tcdrain(STDERR_FILENO);
@@ -372,6 +526,8 @@ int main(int kargc, char **kargv)
 	eth0_up();
 	if (sethostname("ukl", 3))
 		say("cannot set the hostname%s", "");
+	if (getenv("ukl_core"))
+		cores_setup();
 
 	if (slurp("/etc/ukl/app", app, sizeof(app)) <= 0) {
 		say("no application named in %s", "/etc/ukl/app");

@@ -292,3 +292,19 @@ def test_build_outdir_that_it_would_not_replace_is_refused(tmp_path: Path):
     assert stat.S_ISFIFO(os.lstat(tmp_path / "pipe").st_mode)
     assert stat.S_ISFIFO(os.lstat(tmp_path / "out.partial").st_mode)
     assert image._prepare_outdir(tmp_path / "new") == tmp_path / "new.partial"
+
+
+def test_a_partial_directory_of_the_user_s_is_kept(tmp_path: Path):
+    """Issue 44's review: OUTDIR.partial was removed whole whatever it was."""
+    mine = tmp_path / "out.partial"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    with pytest.raises(UklError, match="was not made by ukl"):
+        image._prepare_outdir(tmp_path / "out")
+    assert (mine / "notes.txt").read_text() == "mine"
+    # What an interrupted build left (its mark) is cleared, and so is an empty one
+    left = image._prepare_outdir(tmp_path / "other")
+    (left / "half-written").write_text("x")
+    assert image._prepare_outdir(tmp_path / "other") == left and list(left.iterdir()) == [left / image.PARTIAL_MARK]
+    (tmp_path / "empty.partial").mkdir()
+    assert image._prepare_outdir(tmp_path / "empty").is_dir()

@@ -25,7 +25,7 @@ from ukltool.build import image, initramfs, project
 from ukltool.glibc import glibctests, libc
 from ukltool.linux import kernel, prefixes, profiles, specialize
 from ukltool.plugin import cyclemodel
-from ukltool.run import ocipkg, vm
+from ukltool.run import cores, ocipkg, remote, vm
 from ukltool.source import series as series_mod
 from ukltool.source import sources
 from ukltool.util import lock, ui
@@ -438,6 +438,10 @@ def _run_parser(sub: argparse._SubParsersAction) -> None:
                    help="with --pid1: load no initramfs; the kernel makes the application's file itself "
                    "(ukl.init=) and the application sees an empty root (no /etc, no /tmp; not for images "
                    "built with --file or --overlay)")
+    r.add_argument("--core", type=Path, metavar="DIR",
+                   help="let the application dump core (RLIMIT_CORE unlimited) and bring each core out into DIR "
+                   "(made if needed; existing files are kept): `gdb VMLINUX DIR/core.NAME.PID`, the command "
+                   "printed (docs/guide/debugging.md); not with --pid1")
     r.add_argument("--log", type=Path, help="console log file (default OUTDIR/console.log)")
     r.add_argument("-v", "--verbose", action="store_true", help="show the kernel's boot messages")
     g = r.add_argument_group("network")
@@ -928,6 +932,8 @@ def cmd_run(a: argparse.Namespace) -> int:
                        "add --pid1 (UKL configurations)")
     if a.pid1:
         check_pid1_run(a, man, sh, forwards)
+    if a.core is not None:
+        check_core_run(a, man)
     append = list(a.append)
     if a.opts is not None:
         opts = profiles.opts_arg(a.opts)
@@ -937,6 +943,8 @@ def cmd_run(a: argparse.Namespace) -> int:
         append.append(f"{profiles.KERNEL_PARAM}={','.join(opts)}")
     with tempfile.TemporaryDirectory(prefix="ukl-args-") as td:
         extra = initramfs.args_archive(app_args, Path(td), sh)
+        disk = cores.make_disk(Path(td) / "cores.img", remote.parse_memory(vm.RunSpec.memory)) \
+            if a.core is not None else None
         res = vm.boot(vm.RunSpec(bzimage=a.outdir / "bzImage", initrds=[a.outdir / "initramfs.cpio", extra],
                                  log=log, timeout=a.timeout, icount=a.icount, append=append,
                                  forwards=forwards, tap=a.tap, smp=run_smp(a.smp, a.icount), verbose=a.verbose,
@@ -945,7 +953,9 @@ def cmd_run(a: argparse.Namespace) -> int:
                                  remote_idle_us=a.remote_idle_us, remote_notify=a.remote_notify,
                                  side_dir=a.outdir, machine=a.machine, direct=a.direct,
                                  pid1=f"/ukl/{man.app}" if a.pid1 else None, pid1_args=list(app_args),
-                                 initramfs=not a.no_initramfs))
+                                 initramfs=not a.no_initramfs, core_disk=disk))
+        if disk is not None:
+            show_cores(disk, a.core, man)
     if res.failures:
         ui.err.print(f"[bold red]ukl: the kernel failed[/] (log: {log}):")
         for line in res.failures[:40]:
@@ -957,6 +967,30 @@ def cmd_run(a: argparse.Namespace) -> int:
     elif res.status is None:
         ui.err.print(f"[bold red]ukl: the VM ended without reporting a status[/] (log: {log})")
     return res.code
+
+
+def check_core_run(a: argparse.Namespace, man: image.Manifest) -> None:
+    if a.pid1:
+        raise UklError("--core needs ukl's init, which brings the cores out: not with --pid1",
+                       "run without --pid1")
+    cores.check_dest(a.core)
+    if not image.has_block_device(man):
+        raise UklError(f"--core: the kernel of {a.outdir} has no virtio disk driver, through which the cores "
+                       "come out", "rebuild it with --specialize --kconfig VIRTIO_BLK:WHY, or without --specialize")
+
+
+def show_cores(disk: Path, dest: Path, man: image.Manifest) -> None:
+    saved, finished = cores.extract(disk, dest)
+    for c in saved:
+        ui.err.print(f"ukl: core: {c.path} ({c.size} bytes)", markup=False)
+    if not finished:
+        ui.err.print("ukl: the guest did not finish writing its cores (it ended before the application did)",
+                     markup=False)
+    elif not saved:
+        ui.err.print("ukl: no core was dumped", markup=False)
+    if saved:
+        program = man.vmlinux_path() if kernel.is_ukl(man.config) else f"<{man.app}'s program>"
+        ui.err.print(f"ukl: debug with: gdb {program} {saved[0].path}", markup=False)
 
 
 def cmd_pkg(a: argparse.Namespace) -> int:

@@ -85,6 +85,9 @@ def add_userspace(spec: initramfs.Spec, perf: bool = False) -> None:
         spec.file(str(lib), real, "0755")
 
 
+PARTIAL_MARK = ".ukl-partial"  # in OUTDIR.partial while ukl build writes it
+
+
 def _prepare_outdir(outdir: Path) -> Path:
     """OUTDIR.partial, empty, where the build writes before it replaces
     OUTDIR; refuses an OUTDIR (or OUTDIR.partial) that is not a directory
@@ -101,8 +104,13 @@ def _prepare_outdir(outdir: Path) -> Path:
     if tmp.is_symlink() or (tmp.exists() and not tmp.is_dir()):
         raise UklError(f"{tmp}, where ukl builds OUTDIR, exists and is not a directory",
                        "remove it or choose another -o OUTDIR")
+    # Only what an interrupted build of ukl's left there is removed
+    if tmp.is_dir() and any(tmp.iterdir()) and not (tmp / PARTIAL_MARK).is_file():
+        raise UklError(f"{tmp}, where ukl builds OUTDIR, is not empty and was not made by ukl",
+                       "move it away or choose another -o OUTDIR")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
+    (tmp / PARTIAL_MARK).write_text("ukl build writes OUTDIR here, then renames it\n")
     return tmp
 
 
@@ -296,6 +304,7 @@ def build(spec: BuildSpec) -> Manifest:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    (tmp / PARTIAL_MARK).unlink()
     shutil.rmtree(spec.outdir, ignore_errors=True)
     tmp.rename(spec.outdir)
     return man
@@ -310,6 +319,17 @@ def has_network_device(man: Manifest) -> bool:
     except OSError:
         return True
     return re.search(r" virtnet_probe$", text, re.M) is not None
+
+
+def has_block_device(man: Manifest) -> bool:
+    """Does the image's kernel have the virtio disk driver? True where it
+    cannot tell (as has_network_device)."""
+    smap = man.vmlinux_path().parent / "System.map"
+    try:
+        text = smap.read_text()
+    except OSError:
+        return True
+    return re.search(r" virtblk_probe$", text, re.M) is not None
 
 
 def _relative_to_cache(path: Path) -> str:

@@ -20,6 +20,19 @@ STATUS_NO_APP = 127                        # nothing to start (as a shell says f
 DEBUG_EXIT_PORT = 0xf4                     # then init writes N here and QEMU exits
 DEBUG_EXIT_DEVICE = f"isa-debug-exit,iobase={DEBUG_EXIT_PORT:#x},iosize=0x04"
 
+# Core dumps (`ukl run --core DIR`): the kernel parameter CORE_PARAM=1
+# has init raise RLIMIT_CORE for the application, point core_pattern into
+# CORE_DIR and, when the application has exited, copy every file there to
+# the virtio disk whose serial is CORE_DISK_SERIAL as records: CORE_MAGIC,
+# the name's length (u32 LE), 4 zero bytes, the size (u64 LE), the name,
+# the bytes; then CORE_END. The host (ukltool.run.cores) reads them back.
+CORE_PARAM = "ukl_core"
+CORE_DIR = "/ukl-core"
+CORE_PATTERN = CORE_DIR + "/core.%e.%p"
+CORE_DISK_SERIAL = "ukl-core"
+CORE_MAGIC = b"UKLCORE1"
+CORE_END = b"UKLCEND1"
+
 
 # The application as PID 1 (`ukl run --pid1`, patch "x86/ukl: let the
 # application run as init"): the kernel starts /ukl/NAME itself and, when it

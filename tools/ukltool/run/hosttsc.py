@@ -6,9 +6,11 @@ with frequency scaling it is the core's current speed, so a guest told
 that (tsc_early_khz=) keeps time and sleeps too fast or too slow. Linux
 does not export its own calibration. So measure: read the TSC against
 CLOCK_MONOTONIC_RAW over a few short intervals and take the median. That
-needs an invariant TSC (cpuinfo's constant_tsc flag); without it, or where
+needs an invariant TSC (cpuinfo's constant_tsc and nonstop_tsc flags); without it, or where
 the process may not run the few bytes of RDTSC it maps, there is no answer
-and the guest calibrates the TSC itself."""
+and the guest calibrates the TSC itself. Each read of the TSC is bracketed by
+two clock reads; one whose bracket is wide (the process was interrupted)
+is not used."""
 
 from __future__ import annotations
 
@@ -28,8 +30,10 @@ SAMPLES = 5
 
 
 def has_invariant_tsc(cpuinfo: str) -> bool:
+    """An invariant TSC: a constant rate (constant_tsc) that does not stop
+    in deep C-states (nonstop_tsc), as Linux needs to trust it."""
     m = re.search(r"^flags\s*:(.*)$", cpuinfo, re.M)
-    return m is not None and "constant_tsc" in m.group(1).split()
+    return m is not None and {"constant_tsc", "nonstop_tsc"} <= set(m.group(1).split())
 
 
 def _rdtsc() -> tuple[Callable[[], int], mmap.mmap] | None:
@@ -50,13 +54,23 @@ def rate_khz(read: Callable[[], int], clock: Callable[[], int], sleep: Callable[
     """The counter READ's rate in kHz against CLOCK (nanoseconds): the
     median of SAMPLES intervals."""
     rates = []
+    widest = interval * 1e9 / 100  # a read that took longer was interrupted
     for _ in range(samples):
-        t0, c0 = clock(), read()
+        t0, c0, w0 = _stamp(read, clock)
         sleep(interval)
-        t1, c1 = clock(), read()
-        if t1 > t0 and c1 > c0:
+        t1, c1, w1 = _stamp(read, clock)
+        if t1 > t0 and c1 > c0 and max(w0, w1) <= widest:
             rates.append((c1 - c0) * 1_000_000 / (t1 - t0))
     return round(statistics.median(rates)) if rates else None
+
+
+def _stamp(read: Callable[[], int], clock: Callable[[], int]) -> tuple[int, int, int]:
+    """The counter, the clock at its read (the middle of two reads around
+    it) and the time between those two."""
+    before = clock()
+    count = read()
+    after = clock()
+    return (before + after) // 2, count, after - before
 
 
 _cached: list[int | None] = []

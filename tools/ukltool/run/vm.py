@@ -21,7 +21,7 @@ from typing import BinaryIO
 
 from ukltool.build import initramfs, protocol
 from ukltool.linux import bzimage, kernel, profiles
-from ukltool.run import hosttsc, logscan, remote
+from ukltool.run import cores, hosttsc, logscan, remote
 from ukltool.util import ui
 from ukltool.util.errors import UklError
 from ukltool.util.paths import cache_dir
@@ -62,6 +62,7 @@ class RunSpec:
     pid1: str | None = None  # the application's path: the kernel starts it as PID 1, no init program
     pid1_args: list[str] = field(default_factory=list)  # its arguments (after "--" on the command line)
     initramfs: bool = True  # False: load none (PID1 only: the kernel makes the application's file, ukl.init=)
+    core_disk: Path | None = None  # `ukl run --core`: the disk init writes the cores to (ukltool.run.cores)
 
 
 @dataclass
@@ -233,6 +234,12 @@ def check_pid1(spec: RunSpec) -> None:
     if hiding:
         raise UklError(f"--pid1: {' '.join(hiding)} would hide the kernel's status line (a warning)",
                        "leave the console's log level at 5 or more")
+    # The kernel takes the first earlyprintk= only: ours, the status channel
+    early = [w for w in spec.append if w.startswith("earlyprintk=")]
+    if early:
+        raise UklError(f"--pid1: {early[0]} cannot be used: under --pid1 the early console is the status "
+                       f"channel ({protocol.KERNEL_STATUS_CONSOLE}), and the kernel takes one",
+                       "run without --pid1 to choose the early console, or use -v for the kernel's messages")
 
 
 def microvm_tcg_args(spec: RunSpec, accel: str) -> list[str]:
@@ -274,6 +281,8 @@ def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path | None, stat
     # from the application's output on the same console (logscan)
     append = ["console=ttyS0", f"loglevel={loglevel}", "printk.time=1", "panic=-1", "oops=panic",
               "nokaslr", "tsc=reliable", *boot_savings(spec, accel), *microvm_tcg_args(spec, accel), *spec.append]
+    if spec.core_disk:
+        append += cores.kernel_args()
     if not any(w.startswith(profiles.KERNEL_PARAM + "=") for w in append):
         append += profiles.image_kernel_args(spec.bzimage.parent)  # the image's profile
     if spec.icount and "norandmaps" not in append:
@@ -310,6 +319,8 @@ def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path | None, stat
     else:
         cmd += ["-serial", f"file:{status_file}"]
     cmd += ["-device", DEBUG_EXIT]
+    if spec.core_disk:
+        cmd += cores.qemu_args(spec.core_disk, spec.machine)
     if accel == "kvm":
         cmd += ["-accel", "kvm", "-cpu", "host"]
     else:
