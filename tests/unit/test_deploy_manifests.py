@@ -23,9 +23,11 @@ def test_the_runtimeclass_names_containerds_urunc_runtime():
     assert rc["apiVersion"] == "node.k8s.io/v1" and rc["kind"] == "RuntimeClass"
     assert rc["metadata"]["name"] == "urunc" and rc["handler"] == "urunc"
     # the handler is the runtime's name in containerd's CRI configuration
-    script = (REPO / "scripts" / "install-urunc").read_text()
+    script = (REPO / "scripts" / "containerd-runtimes").read_text()
     assert re.search(r'\[plugins\."io\.containerd\.grpc\.v1\.cri"\]?\.containerd\.runtimes\.urunc\]', script)
     assert 'runtime_type = "io.containerd.urunc.v2"' in script
+    # and the default runtime beside it, without which the CRI plugin does not load
+    assert 'containerd.runtimes.runc]\n  runtime_type = "io.containerd.runc.v2"' in script
 
 
 def test_the_pod_runs_the_ukl_redis_image_under_urunc():
@@ -41,6 +43,16 @@ def test_the_pod_runs_the_ukl_redis_image_under_urunc():
     assert re.fullmatch(r"\d+Mi", c["resources"]["limits"]["memory"])
     assert svc["kind"] == "Service" and svc["spec"]["selector"] == pod["metadata"]["labels"]
     assert svc["spec"]["ports"][0]["targetPort"] == 6379
+    assert spec["enableServiceLinks"] is False  # urunc passes each variable as a kernel word
+
+
+def test_the_hello_pod_runs_once_with_its_arguments():
+    (pod,) = docs("hello.yaml")
+    spec = pod["spec"]
+    assert spec["runtimeClassName"] == "urunc" and spec["restartPolicy"] == "Never"
+    assert spec["enableServiceLinks"] is False
+    (c,) = spec["containers"]
+    assert c["image"] == "localhost/ukl/hello:latest" and c["imagePullPolicy"] == "Never" and c["args"]
 
 
 def test_deploy_md_shows_the_way_from_ukl_pkg_to_ctr_run_and_kubectl():

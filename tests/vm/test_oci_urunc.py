@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -21,60 +20,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from containerd_support import CNI_BIN, RUNTIME, Containerd, app_output, leftovers, package
 
 from conftest import REPO, build, ukl
-
-TCG_BIN = Path("/usr/lib/ukl-urunc/bin")
-RUNTIME = "io.containerd.urunc.v2"
-CNI_BIN = Path("/usr/lib/cni")
-
-
-class Containerd:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.sock = root / "containerd.sock"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        conf = self.root / "config.toml"
-        conf.write_text(f'version = 2\nroot = "{self.root}/root"\nstate = "{self.root}/state"\n'
-                        f'[grpc]\n  address = "{self.sock}"\n[ttrpc]\n  address = "{self.sock}.ttrpc"\n'
-                        '[plugins."io.containerd.grpc.v1.cri"]\n  disable = true\n')
-        env = dict(os.environ)
-        if TCG_BIN.is_dir():  # what scripts/install-urunc asks for on a host without usable KVM
-            env["PATH"] = f"{TCG_BIN}:{env['PATH']}"
-        with open(self.root / "containerd.log", "wb") as log:
-            self.proc = subprocess.Popen(["containerd", "--config", str(conf)], stdout=log, stderr=log, env=env,
-                                         start_new_session=True)
-        deadline = time.monotonic() + 60
-        while self.ctr("version").returncode != 0:
-            assert self.proc.poll() is None and time.monotonic() < deadline, (self.root / "containerd.log").read_text()
-            time.sleep(0.5)
-
-    def ctr(self, *args: str | Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["ctr", "--address", str(self.sock), *map(str, args)], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-
-    def stop(self) -> None:
-        for cid in self.ctr("container", "ls", "-q").stdout.split():
-            self.ctr("task", "kill", "-s", "SIGKILL", cid)
-            self.ctr("task", "delete", "-f", cid)
-            self.ctr("container", "delete", cid)
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-
-
-def leftovers(root: Path) -> list[str]:
-    """Mounts under ROOT and QEMU processes started from it."""
-    mounts = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if str(root) in line]
-    qemus = subprocess.run(["pgrep", "-a", "qemu-system"], capture_output=True, text=True).stdout.splitlines()
-    return mounts + [q for q in qemus if "/ukl/bzImage" in q]
 
 
 @pytest.fixture(scope="module")
@@ -93,23 +41,6 @@ def containerd(tmp_path_factory) -> Iterator[Containerd]:
     finally:
         c.stop()
     assert not leftovers(c.root)
-
-
-def package(out: Path, tag: str, ctd: Containerd) -> Path:
-    tar = out.parent / f"{out.name}.tar"
-    res = ukl("pkg", out, "--oci", tar, "--tag", tag)
-    assert res.returncode == 0, res.stdout
-    info = json.loads(subprocess.run(["skopeo", "inspect", f"oci-archive:{tar}"], capture_output=True, text=True,
-                                     check=True).stdout)
-    assert info["Os"] == "linux" and len(info["Layers"]) == 1
-    res = ctd.ctr("image", "import", tar)
-    assert res.returncode == 0 and tag in res.stdout, res.stdout
-    return tar
-
-
-def app_output(out: str) -> str:
-    """What follows init's first line: the application's output and init's."""
-    return out[out.index("ukl-init: starting"):] if "ukl-init: starting" in out else out
 
 
 def test_hello_prints_from_ring0_in_a_container(containerd, outdir):
