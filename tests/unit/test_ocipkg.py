@@ -256,3 +256,33 @@ def test_firecracker_dir_never_removes_what_it_did_not_write(tmp_path):
     assert res.returncode == 2 and "initramfs.cpio there was not written by ukl pkg" in res.stdout, res.stdout
     assert (target / "initramfs.cpio").read_bytes() == b"the user's"
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+@pytest.mark.parametrize("args,message", [
+    (["two  spaces"], "does not survive urunc's kernel command line"),
+    ([" lead"], "does not survive"),
+    (["tab\there"], "does not survive"),
+    (["it's"], "does not survive"),
+    ([f"w{i}" for i in range(32)], "passes init at most 31"),
+    (["x" * 1500], "Linux keeps 2047"),
+])
+def test_arguments_urunc_cannot_pass_are_refused(tmp_path, args, message):
+    """Issue 46, item 3: urunc passes the arguments as kernel command-line
+    words; what would arrive changed (or panic the kernel) is refused."""
+    out = fake_image(tmp_path, args=args)
+    res = ukl("pkg", out, "--oci", tmp_path / "x.tar")
+    assert res.returncode == 2 and message in res.stdout and "hint:" in res.stdout, res.stdout
+    assert not (tmp_path / "x.tar").exists()
+
+
+def test_arguments_urunc_passes_are_taken(tmp_path):
+    # Redis's recipe, and an argument with single spaces (urunc quotes it, init joins it)
+    args = ["--protected-mode", "no", "--save", "", "--appendonly", "no"]
+    ok = [a for a in args if a] + ["a b c"] + [f"w{i}" for i in range(20)]
+    out = fake_image(tmp_path, args=ok)
+    res = ukl("pkg", out, "--oci", tmp_path / "x.tar")
+    assert res.returncode == 0 and "empty" not in res.stdout, res.stdout
+    # an empty one vanishes: said, not refused (Redis's --save "")
+    out = fake_image(tmp_path / "r", args=args) if (tmp_path / "r").mkdir() is None else None
+    res = ukl("pkg", out, "--oci", tmp_path / "r.tar")
+    assert res.returncode == 0 and "argument 4 is empty: under urunc it vanishes" in res.stdout, res.stdout

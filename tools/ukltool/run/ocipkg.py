@@ -32,9 +32,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ukltool.build import image
+from ukltool.build import image, protocol
 from ukltool.linux import bzimage
 from ukltool.run import vm
+from ukltool.util import ui
 from ukltool.util.errors import UklError
 
 MEDIA_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -128,6 +129,42 @@ def urunc_values(hypervisor: str, args: list[str], initrd: bool) -> dict[str, st
     if initrd:
         vals["initrd"] = INITRD
     return {ANNOT + k: v for k, v in vals.items()}
+
+
+# What reaches ukl-init through urunc's kernel command line intact. urunc
+# (pkg/unikontainers/unikernels/linux.go) writes "panic=-1 console=ttyS0
+# root=/dev/ram0 rw ip=ADDR::GW:MASK:urunc:eth0:off ENV... rdinit=/init --
+# ARGS", an argument with spaces in single quotes; the kernel splits it at
+# blanks, passes at most MAX_INIT_ARGS words to init and MAX_INIT_ENVS
+# unknown NAME=VALUE words as its environment (more panic the kernel), and
+# cuts the line at COMMAND_LINE_SIZE - 1 bytes, the arguments first.
+URUNC_PREFIX = len("panic=-1 console=ttyS0 root=/dev/ram0 rw "
+                   "ip=255.255.255.255::255.255.255.255:255.255.255.255:urunc:eth0:off rdinit=/init -- ")
+MAX_INIT_ENVS = 32
+ORCHESTRATOR_ROOM = 512  # what containerd or Kubernetes adds: HOSTNAME=, the pod's variables
+
+
+def check_urunc_args(args: list[str]) -> list[str]:
+    """Refuse the image's arguments that urunc cannot pass to init as they
+    are (docs/deploy.md, "What urunc passes"); return warnings for empty
+    ones, which vanish (Redis's `--save ""` still means no snapshots)."""
+    hint = "give the application its settings in a file (ukl build --file), or run it with `ukl run`"
+    for a in args:
+        if a and (a != " ".join(a.split()) or "'" in a or not a.isprintable()):
+            raise UklError(f"the argument {a!r} does not survive urunc's kernel command line (runs of blanks "
+                           "and other whitespace collapse to one space, single quotes split it)", hint)
+    warnings = [f"argument {i} is empty: under urunc it vanishes (the kernel command line has no empty words), "
+                "so the application gets one argument fewer" for i, a in enumerate(args, 1) if a == ""]
+    words = sum(len(a.split()) for a in args)
+    if words + 1 > protocol.MAX_INIT_ARGS:
+        raise UklError(f"{len(args)} arguments make {words} words on the kernel command line; the kernel "
+                       f"passes init at most {protocol.MAX_INIT_ARGS - 1}", hint)
+    line = URUNC_PREFIX + len(" ".join(ENV)) + 1 + sum(len(a) + (3 if " " in a else 1) for a in args)
+    if line > vm.COMMAND_LINE_SIZE - 1 - ORCHESTRATOR_ROOM:
+        raise UklError(f"the arguments make a kernel command line of about {line} bytes under urunc; Linux "
+                       f"keeps {vm.COMMAND_LINE_SIZE - 1}, and {ORCHESTRATOR_ROOM} are left for what containerd "
+                       "and Kubernetes add", hint)
+    return warnings
 
 
 def encode(values: dict[str, str]) -> dict[str, str]:
@@ -226,6 +263,8 @@ def build(outdir: Path, tag: str | None = None, hypervisor: str = "qemu") -> Pac
     kernel_data = _kernel_bytes(outdir, hypervisor)
     initrd = outdir / "initramfs.cpio"
     has_initrd = initrd.is_file()
+    for w in check_urunc_args(list(man.args)):
+        ui.warn(w)
     values = urunc_values(hypervisor, list(man.args), has_initrd)
     encoded = encode(values)
     entries: list[tuple[str, bytes | None, int]] = [("ukl", None, 0o755),
