@@ -12,7 +12,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import ukl
+import pytest
+
+from conftest import REPO, ukl
 
 TCG_BIN = Path("/usr/lib/ukl-urunc/bin")
 RUNTIME = "io.containerd.urunc.v2"
@@ -98,3 +100,16 @@ def package(out: Path, tag: str, ctd: Containerd) -> Path:
 def app_output(out: str) -> str:
     """What follows init's first line: the application's output and init's."""
     return out[out.index("ukl-init: starting"):] if "ukl-init: starting" in out else out
+
+
+def install_urunc(what: str) -> str:
+    """Root, then scripts/install-urunc (idempotent); its output. Without
+    root the test is skipped, or failed under CI."""
+    if os.geteuid() != 0:
+        if os.environ.get("CI"):
+            pytest.fail(f"{what} need root")
+        pytest.skip(f"{what} need root (scripts/install-urunc, docs/deploy.md)")
+    res = subprocess.run([REPO / "scripts" / "install-urunc"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, timeout=1800)
+    assert res.returncode == 0, res.stdout
+    return res.stdout

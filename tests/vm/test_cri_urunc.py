@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from containerd_support import CNI_BIN, Containerd, leftovers, package
+from containerd_support import CNI_BIN, Containerd, install_urunc, leftovers, package
 
 from conftest import REPO, build, ukl
 from ukltool.run import ocipkg
@@ -130,14 +130,8 @@ class Cri:
 
 @pytest.fixture(scope="module")
 def cri(tmp_path_factory) -> Iterator[Cri]:
-    if os.geteuid() != 0:
-        if os.environ.get("CI"):
-            pytest.fail("containerd, urunc and CNI need root")
-        pytest.skip("containerd, urunc and CNI need root (scripts/install-urunc, docs/deploy.md)")
-    res = subprocess.run([REPO / "scripts" / "install-urunc"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True, timeout=1800)
-    assert res.returncode == 0, res.stdout
-    assert CRICTL.is_file(), res.stdout
+    out = install_urunc("containerd, urunc and CNI")
+    assert CRICTL.is_file(), out
     work = tmp_path_factory.mktemp("cri")
     netns = f"ukl-cri-{os.getpid()}"
     (work / "net.d").mkdir()

@@ -20,20 +20,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from containerd_support import CNI_BIN, RUNTIME, Containerd, app_output, leftovers, package
+from containerd_support import CNI_BIN, RUNTIME, Containerd, app_output, install_urunc, leftovers, package
 
 from conftest import REPO, build, ukl
 
 
 @pytest.fixture(scope="module")
 def containerd(tmp_path_factory) -> Iterator[Containerd]:
-    if os.geteuid() != 0:
-        if os.environ.get("CI"):
-            pytest.fail("containerd and urunc need root")
-        pytest.skip("containerd and urunc need root (scripts/install-urunc, docs/deploy.md)")
-    res = subprocess.run([REPO / "scripts" / "install-urunc"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True, timeout=1800)
-    assert res.returncode == 0, res.stdout
+    install_urunc("containerd and urunc")
     c = Containerd(tmp_path_factory.mktemp("containerd"))
     try:
         c.start()

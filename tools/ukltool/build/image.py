@@ -310,26 +310,25 @@ def build(spec: BuildSpec) -> Manifest:
     return man
 
 
-def has_network_device(man: Manifest) -> bool:
-    """Does the image's kernel have the virtio network driver (its probe
-    function in the kernel's System.map)? True where it cannot tell."""
+def kernel_has(man: Manifest, function: str) -> bool:
+    """Is FUNCTION in the image's kernel (its System.map)? True where it
+    cannot tell (no System.map)."""
     smap = man.vmlinux_path().parent / "System.map"
     try:
         text = smap.read_text()
     except OSError:
         return True
-    return re.search(r" virtnet_probe$", text, re.M) is not None
+    return re.search(rf" {re.escape(function)}$", text, re.M) is not None
+
+
+def has_network_device(man: Manifest) -> bool:
+    """Does the image's kernel have the virtio network driver (its probe function)?"""
+    return kernel_has(man, "virtnet_probe")
 
 
 def has_block_device(man: Manifest) -> bool:
-    """Does the image's kernel have the virtio disk driver? True where it
-    cannot tell (as has_network_device)."""
-    smap = man.vmlinux_path().parent / "System.map"
-    try:
-        text = smap.read_text()
-    except OSError:
-        return True
-    return re.search(r" virtblk_probe$", text, re.M) is not None
+    """Does the image's kernel have the virtio disk driver?"""
+    return kernel_has(man, "virtblk_probe")
 
 
 def _relative_to_cache(path: Path) -> str:
