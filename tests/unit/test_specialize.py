@@ -248,6 +248,8 @@ def test_comments_do_not_change_the_name():
 # A program whose one run uses nothing but printf, and whose code can use
 # what a recorded run often misses (issue 44)
 SOMETIMES = r"""
+#define _GNU_SOURCE
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <signal.h>
@@ -270,6 +272,10 @@ int main(int argc, char **argv)
 		flock(0, LOCK_SH); timer_create(CLOCK_MONOTONIC, NULL, &t); socketpair(AF_UNIX, SOCK_STREAM, 0, s);
 		clock_gettime(CLOCK_MONOTONIC_RAW, &ts); clock_getres(CLOCK_TAI, &ts);
 	}
+	if (argc > 2) {
+		struct flock fl = { .l_type = F_WRLCK };
+		fcntl(1, F_OFD_SETLK, &fl);
+	}
 	printf("hi\n");
 	return 0;
 }
@@ -290,8 +296,9 @@ def test_the_code_shows_every_call_the_program_can_make(sometimes):
     for name in ("eventfd2", "epoll_create1", "timerfd_create", "signalfd4", "flock", "timer_create", "socketpair",
                  "write", "exit_group"):
         assert name in calls, sorted(calls)
-    assert code.use.first_args["clock_gettime"][4] >= 1 and code.use.first_args["clock_getres"][11] == 1
-    assert code.use.first_args["socketpair"][1] == 1
+    assert code.use.call_args["clock_gettime"][4] >= 1 and code.use.call_args["clock_getres"][11] == 1
+    assert code.use.call_args["socketpair"][1] == 1
+    assert code.use.call_args["fcntl"][37] == 1  # F_OFD_SETLK, the second argument
 
 
 def test_options_for_what_the_code_can_call_and_where_they_come_from(table, sometimes):
@@ -304,6 +311,7 @@ def test_options_for_what_the_code_can_call_and_where_they_come_from(table, some
                 "CONFIG_POSIX_TIMERS", "CONFIG_UNIX", "CONFIG_FUTEX"):
         assert opt in sel.options and all(r.startswith("the code: ") for r in sel.options[opt].reasons), opt
     assert any("clock_gettime(CLOCK_MONOTONIC_RAW)" in r for r in sel.options["CONFIG_POSIX_TIMERS"].reasons)
+    assert any("fcntl(F_OFD_SETLK)" in r for r in sel.options["CONFIG_FILE_LOCKING"].reasons)
     # it cannot listen on an IP port: no network device
     assert "CONFIG_VIRTIO_NET" not in sel.options
 
@@ -323,7 +331,7 @@ def test_a_server_s_code_gets_the_network_device(table):
   401020:	call   402000 <socket>
 """
     use = binsyscalls.analyze(dis, {0x402000: "socket"})
-    assert use.unresolved == 1 and dict(use.first_args["socket"]) == {2: 1, None: 1}
+    assert use.unresolved == 1 and dict(use.call_args["socket"]) == {2: 1, None: 1}
     code = specialize.Code(use, {50: "listen", 43: "accept"})
     assert code.syscalls() == {"accept": 1, "listen": 1}
     sel = specialize.choose(specialize.Usage(), table, None, code=code)
@@ -368,3 +376,24 @@ def test_the_kept_trace_holds_no_application_data():
     assert "secret" not in kept and '"/etc/passwd"' in kept and '"tmpfs"' in kept
     u = specialize.parse_trace(kept)
     assert "tmpfs" in u.filesystems and "/etc/passwd" in u.paths and u.syscalls["write"].count == 1
+
+
+def test_fcntl_s_command_selects_its_option(table):
+    """A record lock or lease through fcntl (not flock) needs FILE_LOCKING,
+    dnotify DNOTIFY: the command is fcntl's second argument (%esi). One
+    the code computes gets every option fcntl's commands select."""
+    dis = """
+0000000000401000 <main>:
+  401000:	mov    $0x6,%esi
+  401005:	call   402000 <__libc_fcntl64>
+  40100a:	mov    $0x3,%esi
+  40100f:	call   402000 <__libc_fcntl64>
+"""
+    use = binsyscalls.analyze(dis, {0x402000: "fcntl"})
+    assert dict(use.call_args["fcntl"]) == {6: 1, 3: 1}  # F_SETLK, and F_GETFL (no option)
+    sel = specialize.choose(specialize.Usage(), table, None, code=specialize.Code(use, {}))
+    assert set(sel.options) == {"CONFIG_FILE_LOCKING"}, sel.options
+    assert any("fcntl(F_SETLK)" in r for r in sel.options["CONFIG_FILE_LOCKING"].reasons)
+    computed = binsyscalls.analyze(dis.replace("mov    $0x6,%esi", "mov    %ebx,%esi"), {0x402000: "fcntl"})
+    sel = specialize.choose(specialize.Usage(), table, None, code=specialize.Code(computed, {}))
+    assert {"CONFIG_FILE_LOCKING", "CONFIG_DNOTIFY"} <= set(sel.options), sel.options

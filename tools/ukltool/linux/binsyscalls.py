@@ -7,7 +7,7 @@ the call's number into %eax right before its `syscall` instruction (or
 into %edi before a call of glibc's syscall() function). So a `syscall`
 with a constant number within a few instructions before it is a call the
 program can make. The arguments that select a kernel option (a clock id,
-a socket family) are constants at the call sites of the C library's
+a socket family, fcntl's command) are constants at the call sites of the C library's
 functions in most programs; where they are not, specialize.py is
 conservative.
 
@@ -40,12 +40,16 @@ IMPLICIT_WRITERS = frozenset(("cltq", "cqto", "cltd", "cwtl", "rdtsc", "rdtscp",
                               "xchg", "cmpxchg", "lods", "in", "rdpid"))
 PREFIXES = frozenset(("bnd", "notrack", "rep", "repz", "repnz", "repe", "repne", "lock", "data16", "cs", "ds"))
 # registers each number may be loaded into: the syscall's (%eax), a
-# function's first argument (%edi)
-EAX, EDI = ("eax", "rax"), ("edi", "rdi")
-# the C library's functions whose first argument is looked for at each call
-# (by any of their names: __socket, ___timer_create, ...)
-ARG_FUNCTIONS = frozenset(("syscall", "socket", "socketpair", "clock_gettime", "clock_getres", "clock_nanosleep",
-                           "timer_create"))
+# function's first or second argument (%edi, %esi)
+EAX, EDI, ESI = ("eax", "rax"), ("edi", "rdi"), ("esi", "rsi")
+# the C library's functions whose argument that selects a kernel option is
+# looked for at each call, and the register it is passed in, by any of
+# their names (__socket, ___timer_create, __libc_fcntl64: the name without
+# leading underscores, then without a "libc_" prefix)
+ARG_FUNCTIONS = {"syscall": EDI, "socket": EDI, "socketpair": EDI, "clock_gettime": EDI, "clock_getres": EDI,
+                 "clock_nanosleep": EDI, "timer_create": EDI,
+                 "fcntl": ESI, "fcntl64": ESI}  # fcntl's command: record locks, leases, dnotify, seals
+ALIASES = {"fcntl64": "fcntl"}
 
 
 @dataclass
@@ -53,8 +57,8 @@ class BinaryUse:
     """What the program's code can ask of the kernel."""
     syscalls: Counter[int] = field(default_factory=Counter)        # number -> sites
     unresolved: int = 0                                             # `syscall` sites without a nearby number
-    first_args: dict[str, Counter[int | None]] = field(default_factory=dict)  # function -> constant first argument
-    # (None: a call whose first argument is not a constant nearby)
+    call_args: dict[str, Counter[int | None]] = field(default_factory=dict)  # function -> its selecting argument
+    # (ARG_FUNCTIONS; None: a call where it is not a constant nearby)
 
 
 def _loaded(window: list[tuple[str, str]], regs: tuple[str, ...]) -> int | None:
@@ -85,8 +89,9 @@ def arg_functions(exe: Path) -> dict[int, str]:
                 return out
             for sym in symtab.iter_symbols():
                 name = sym.name.lstrip("_")
+                name = name[len("libc_"):] if name.startswith("libc_") else name
                 if name in ARG_FUNCTIONS and sym["st_info"]["type"] in ("STT_FUNC", "STT_GNU_IFUNC"):
-                    out[sym["st_value"]] = name
+                    out[sym["st_value"]] = ALIASES.get(name, name)
     except (OSError, ELFError) as e:
         raise UklError(f"cannot read {exe}: {e}", "rebuild the application") from None
     return out
@@ -119,8 +124,8 @@ def analyze(disassembly: str, functions: dict[int, str] | None = None) -> Binary
             t = CALL_TARGET.match(args)
             name = functions.get(int(t.group("addr"), 16)) if t else None
             if name is not None:
-                arg = _loaded(window, EDI)
-                use.first_args.setdefault(name, Counter())[arg] += 1
+                arg = _loaded(window, ARG_FUNCTIONS[name])
+                use.call_args.setdefault(name, Counter())[arg] += 1
                 if name == "syscall" and arg is not None:
                     use.syscalls[arg] += 1
         window.append((op, args))

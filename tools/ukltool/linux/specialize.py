@@ -344,6 +344,9 @@ CLOCK_IDS = {0: "CLOCK_REALTIME", 1: "CLOCK_MONOTONIC", 2: "CLOCK_PROCESS_CPUTIM
 FAMILIES = {1: "AF_UNIX", 2: "AF_INET", 10: "AF_INET6", 16: "AF_NETLINK", 17: "AF_PACKET", 40: "AF_VSOCK"}
 CLOCK_FUNCTIONS = ("clock_gettime", "clock_getres", "clock_nanosleep", "timer_create")
 SOCKET_FUNCTIONS = ("socket", "socketpair")
+# fcntl's commands that select an option ([arguments] in the table), x86-64
+FCNTL_COMMANDS = {5: "F_GETLK", 6: "F_SETLK", 7: "F_SETLKW", 36: "F_OFD_GETLK", 37: "F_OFD_SETLK", 38: "F_OFD_SETLKW",
+                  1024: "F_SETLEASE", 1025: "F_GETLEASE", 1026: "F_NOTIFY", 1033: "F_ADD_SEALS"}
 LISTENS = ("listen", "accept", "accept4")   # calls of a server: it is reached from outside
 RUN, CODE = "the run", "the code"           # where a reason comes from
 
@@ -449,7 +452,7 @@ def _choose_code(code: Code, table: Table, add) -> list[str]:
     args = table.sections["arguments"]
     families = table.sections["families"]
     inet = False
-    for func, consts in sorted(code.use.first_args.items()):
+    for func, consts in sorted(code.use.call_args.items()):
         for const, sites in sorted(consts.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
             where = f"{sites} call{'s' if sites != 1 else ''} in the program"
             if func in CLOCK_FUNCTIONS:
@@ -459,6 +462,14 @@ def _choose_code(code: Code, table: Table, add) -> list[str]:
                             add(e, f"{func}(a computed clock id, so {word})", where, CODE)
                 elif const in CLOCK_IDS and CLOCK_IDS[const] in args and func in args[CLOCK_IDS[const]].calls:
                     add(args[CLOCK_IDS[const]], f"{func}({CLOCK_IDS[const]})", where, CODE)
+            elif func == "fcntl":
+                # a command the code computes: any the table has
+                words = [w for w, e in sorted(args.items()) if func in e.calls] if const is None else \
+                    [FCNTL_COMMANDS.get(const, "")]
+                for word in words:
+                    if word in args and func in args[word].calls:
+                        what = f"fcntl({word})" if const is not None else f"fcntl(a computed command, so {word})"
+                        add(args[word], what, where, CODE)
             elif func in SOCKET_FUNCTIONS:
                 names = sorted(families) if const is None else [FAMILIES.get(const, "")]
                 for fam in names:
