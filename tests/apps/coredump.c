@@ -17,7 +17,10 @@
  *   rlimit0        RLIMIT_CORE 0: no core;
  *   nodump         the child calls prctl(PR_SET_DUMPABLE, 0): no core;
  *   nobody         the child becomes uid 65534, dumpable again, in /tmp.
- * "all" runs every case in turn (cores removed). Each prints "case CASE
+ * "all" runs every case in turn (cores removed), then segv and nobody
+ * with a pipe to this program as the kernel's helper ("coredump helper
+ * %d %u", which reports what the kernel told it: "piped: dumpable D uid
+ * U bytes N"). Each prints "case CASE
  * PATTERN: signal S, core dumped: yes|no, core: none|PATH uid U segments N
  * ok", and "coredump: N failed" comes last; the status is that N.
  */
@@ -68,10 +71,16 @@ static void child(const char *c)
 	if (!strcmp(c, "nodump") && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0))
 		_exit(91);
 	if (!strcmp(c, "nobody")) {
+		struct stat st;
+
 		/* Dropping root makes a process non-dumpable; it asks again */
 		if (chdir("/tmp") || setgid(65534) || setuid(65534) ||
 		    prctl(PR_SET_DUMPABLE, 1, 0, 0, 0))
 			_exit(92);
+		/* whose its /proc files are now (a dumpable process's own) */
+		if (stat("/proc/self/environ", &st))
+			_exit(94);
+		dprintf(1, "child: /proc/self/environ uid %u\n", (unsigned)st.st_uid);
 	}
 	if (!strcmp(c, "abort"))
 		abort();
@@ -138,6 +147,47 @@ static void check_core(const char *path)
 	close(fd);
 }
 
+/*
+ * core_pattern "|PROGRAM helper %d %u": the kernel runs this program (as
+ * root) with the core on its standard input; it records what the kernel
+ * told it in HELPER_OUT.
+ */
+#define HELPER_OUT "/tmp/coredump-helper.txt"
+
+static int helper(const char *dumpable, const char *uid)
+{
+	char buf[65536], line[128];
+	long total = 0;
+	ssize_t n;
+	int fd;
+
+	while ((n = read(0, buf, sizeof(buf))) > 0)
+		total += n;
+	snprintf(line, sizeof(line), "piped: dumpable %s uid %s bytes %ld\n", dumpable, uid, total);
+	fd = open(HELPER_OUT ".new", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0 || write(fd, line, strlen(line)) < 0 || close(fd) || rename(HELPER_OUT ".new", HELPER_OUT))
+		return 1;
+	return 0;
+}
+
+/* What the pipe's helper recorded (waits for it), or "" */
+static void helper_said(char *out, size_t size)
+{
+	char buf[128] = "";
+
+	for (int i = 0; i < 200 && access(HELPER_OUT, F_OK); i++)
+		usleep(50000);
+	int fd = open(HELPER_OUT, O_RDONLY);
+	ssize_t n = fd < 0 ? 0 : read(fd, buf, sizeof(buf) - 1);
+
+	if (fd >= 0)
+		close(fd);
+	buf[n > 0 ? n : 0] = 0;
+	buf[strcspn(buf, "\n")] = 0;
+	snprintf(out, size, "%s", buf);
+	unlink(HELPER_OUT);
+}
+
 static void core_path(char *path, size_t size, pid_t pid, const char *cwd)
 {
 	char pattern[256] = "core";
@@ -192,13 +242,20 @@ static void run_case(const char *c, const char *pattern, int keep)
 		return;
 	}
 	/* After the child: the kernel's messages about its core come first */
-	printf("case %s %s: ", c, pattern ? pattern : "(init's pattern)");
+	printf("case %s %s: ", c, !pattern ? "(init's pattern)" : pattern[0] == '|' ? "pipe" : pattern);
 	if (!WIFSIGNALED(status)) {
 		printf("child: exit %d\n", WEXITSTATUS(status));
 		fail("the child dies by a signal");
 		return;
 	}
 	printf("signal %d, core dumped: %s, ", WTERMSIG(status), WCOREDUMP(status) ? "yes" : "no");
+	if (pattern && pattern[0] == '|') {
+		char said[128];
+
+		helper_said(said, sizeof(said));
+		printf("%s\n", said[0] ? said : "piped: nothing");
+		return;
+	}
 	/* Where the core is: core_pattern with %e and %p expanded, in the child's cwd */
 	core_path(path, sizeof(path), pid, !strcmp(c, "nobody") ? "/tmp/" : "/");
 	if (access(path, F_OK)) {
@@ -220,10 +277,22 @@ int main(int argc, char **argv)
 		{ "nodump", "core" }, { "nobody", "core" }, { "nobody", "/tmp/core.%p" },
 	};
 
+	char pipe_pattern[300], self[256];
+	ssize_t n;
+
+	if (argc > 3 && !strcmp(argv[1], "helper"))
+		return helper(argv[2], argv[3]);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc > 1 && !strcmp(argv[1], "all")) {
 		for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 			run_case(all[i][0], all[i][1], 0);
+		/* a pipe: this program, as the kernel's helper (root's, %d told) */
+		n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+		self[n > 0 ? n : 0] = 0;
+		snprintf(pipe_pattern, sizeof(pipe_pattern), "|%s helper %%d %%u", self);
+		run_case("segv", pipe_pattern, 0);
+		run_case("nobody", pipe_pattern, 0);
+		run_case("segv", "core", 0);	/* leave the default */
 	} else {
 		/* Without a pattern of its own the core stays, for `ukl run --core` */
 		run_case(argc > 1 ? argv[1] : "segv", argc > 2 ? argv[2] : NULL, argc <= 2);

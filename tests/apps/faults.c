@@ -178,6 +178,24 @@ static void sigreturn_noncanonical(void)
 	raise(SIGUSR2);
 }
 
+static void on_usr1_nostrict(int sig, siginfo_t *si, void *uc_)
+{
+	ucontext_t *uc = uc_;
+
+	(void)sig; (void)si;
+	uc->uc_flags &= ~0x4UL;	/* UC_STRICT_RESTORE_SS, as in a frame the program built */
+}
+
+/* rt_sigreturn without UC_STRICT_RESTORE_SS: the interrupted code goes on */
+static void sigreturn_no_strict_ss(void)
+{
+	struct sigaction sa = { .sa_sigaction = on_usr1_nostrict, .sa_flags = SA_SIGINFO };
+
+	sigaction(SIGUSR1, &sa, NULL);
+	raise(SIGUSR1);
+	exit(pipe_roundtrip() ? 0 : 1);
+}
+
 /*
  * The tracer's end: make the stopped child's register at @off
  * non-canonical, let it go, pass on the signal it reports (its SIGSEGV),
@@ -345,6 +363,7 @@ static const struct fault {
 	{ "tf-set", tf_set },
 	{ "tf-stepped", tf_stepped },
 	{ "sigreturn-noncanonical", sigreturn_noncanonical },
+	{ "sigreturn-no-strict-ss", sigreturn_no_strict_ss },
 	{ "ptrace-noncanonical", ptrace_noncanonical },
 	{ "ptrace-syscall-rcx", ptrace_syscall_rcx },
 	{ "ptrace-stepped", ptrace_stepped },

@@ -39,6 +39,10 @@ def expected(ukl_config: bool) -> dict[str, str]:
         "nobody core": "signal 11, core dumped: no, core: none" if ukl_config else
         f"signal 11, core dumped: yes, core: /tmp/core uid 65534 {ok}",
         "nobody /tmp/core.%p": f"signal 11, core dumped: yes, core: /tmp/core.\\d+ uid {owner} {ok}",
+        # to a pipe: the helper is told the process is dumpable as setuid
+        # programs are (%d 2), and so grants its user nothing
+        "segv pipe": "signal 11, core dumped: yes, piped: dumpable 1 uid 0 bytes \\d+",
+        "nobody pipe": f"signal 11, core dumped: yes, piped: dumpable {2 if ukl_config else 1} uid 65534 bytes \\d+",
     }
 
 
@@ -53,6 +57,9 @@ def test_cores_follow_linux_s_rules(outdir, config):
     for case, pattern in want.items():
         assert re.fullmatch(pattern, got[case]), (case, got[case])
     assert "coredump: 0 failed" in res.stdout
+    # a dumpable process's /proc files are its user's, a UKL process's root's
+    owners = re.findall(r"^child: /proc/self/environ uid (\d+)$", res.stdout, re.M)
+    assert owners and set(owners) == {"0" if config != "linux" else "65534"}, res.stdout
     if config != "linux":
         assert "can only dump core to fully qualified path" in (out / "console.log").read_text()
     assert_clean(out / "console.log")

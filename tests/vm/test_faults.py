@@ -23,7 +23,7 @@ EXPECTED = {
     "null-call": 139, "heap-call": 139, "stack-call": 139, "kernel-call": 139, "noncanonical-call": 139,
     "df-syscall": 0, "nt-syscall": 0, "ac-cleared": 0,
     "tf-set": 133, "tf-stepped": 0,
-    "sigreturn-noncanonical": 139, "ptrace-noncanonical": 139, "ptrace-stepped": 0,
+    "sigreturn-noncanonical": 139, "sigreturn-no-strict-ss": 0, "ptrace-noncanonical": 139, "ptrace-stepped": 0,
     "ptrace-syscall-rcx": None,  # Linux goes on (0); UKL returns through %rcx: SIGSEGV
     "divide-error": 136, "ud2": 132, "int3": 133,
     "icebp": None,  # #DB (133) on hardware; QEMU's TCG raises #UD (132): as under linux
