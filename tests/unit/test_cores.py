@@ -62,6 +62,10 @@ def test_a_disk_the_guest_did_not_finish_is_reported(tmp_path):
     assert not finished and saved[0].size == 600
     saved, finished = cores.extract(disk(tmp_path, end=False), tmp_path / "dest2")
     assert (saved, finished) == ([], False) and not (tmp_path / "dest2").exists()
+    # a header that claims a name of 4 GiB is not read as one
+    bogus = protocol.CORE_MAGIC + struct.pack("<IIQ", 0xFFFFFFFF, 0, 1)
+    saved, finished = cores.extract(disk(tmp_path, bogus, end=False), tmp_path / "dest3")
+    assert (saved, finished) == ([], False) and not (tmp_path / "dest3").exists()
 
 
 def test_the_disk_is_sparse_and_as_large_as_the_memory(tmp_path):

@@ -955,7 +955,7 @@ def cmd_run(a: argparse.Namespace) -> int:
                                  pid1=f"/ukl/{man.app}" if a.pid1 else None, pid1_args=list(app_args),
                                  initramfs=not a.no_initramfs, core_disk=disk))
         if disk is not None:
-            show_cores(disk, a.core, man)
+            show_cores(disk, a.core, man, a.outdir)
     if res.failures:
         ui.err.print(f"[bold red]ukl: the kernel failed[/] (log: {log}):")
         for line in res.failures[:40]:
@@ -979,7 +979,7 @@ def check_core_run(a: argparse.Namespace, man: image.Manifest) -> None:
                        "come out", "rebuild it with --specialize --kconfig VIRTIO_BLK:WHY, or without --specialize")
 
 
-def show_cores(disk: Path, dest: Path, man: image.Manifest) -> None:
+def show_cores(disk: Path, dest: Path, man: image.Manifest, outdir: Path) -> None:
     saved, finished = cores.extract(disk, dest)
     for c in saved:
         ui.err.print(f"ukl: core: {c.path} ({c.size} bytes)", markup=False)
@@ -988,9 +988,11 @@ def show_cores(disk: Path, dest: Path, man: image.Manifest) -> None:
                      markup=False)
     elif not saved:
         ui.err.print("ukl: no core was dumped", markup=False)
-    if saved:
-        program = man.vmlinux_path() if kernel.is_ukl(man.config) else f"<{man.app}'s program>"
-        ui.err.print(f"ukl: debug with: gdb {program} {saved[0].path}", markup=False)
+    if saved and kernel.is_ukl(man.config):
+        ui.err.print(f"ukl: debug with: gdb {man.vmlinux_path()} {saved[0].path}", markup=False)
+    elif saved:  # an ordinary process: its program is in the initramfs
+        ui.err.print(f"ukl: debug with: gdb PROGRAM {saved[0].path} (PROGRAM: /bin/{man.app} of "
+                     f"{outdir / 'initramfs.cpio'})", markup=False)
 
 
 def cmd_pkg(a: argparse.Namespace) -> int:

@@ -85,8 +85,10 @@ def extract(disk: Path, dest: Path) -> tuple[list[Saved], bool]:
             if len(head) < HEADER.size or head[:8] != protocol.CORE_MAGIC:
                 return saved, False
             _, name_len, _, size = HEADER.unpack(head)
+            if name_len > 4096:  # not init's: a damaged disk
+                return saved, False
             name = f.read(name_len)
-            if len(name) != name_len or name_len > 4096:
+            if len(name) != name_len:
                 return saved, False
             dest.mkdir(parents=True, exist_ok=True)
             fd, path = _new_file(dest, safe_name(name))
