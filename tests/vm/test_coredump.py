@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,16 @@ from conftest import DEBUG_CONFIGS, REPO, assert_clean, build, ukl
 
 APP = REPO / "tests" / "apps" / "coredump.c"
 DEBUG = max(DEBUG_CONFIGS, key=lambda c: c.count("+"))
+
+
+_images: dict[str, Path] = {}
+
+
+def image(outdir: Path, config: str) -> Path:
+    """The test program built for CONFIG, once per session."""
+    if config not in _images:
+        _images[config] = build(APP, config, outdir / f"coredump-{config}")
+    return _images[config]
 
 
 def cases(out: str) -> dict[str, str]:
@@ -48,7 +59,7 @@ def expected(ukl_config: bool) -> dict[str, str]:
 
 @pytest.mark.parametrize("config", ["linux", "base", DEBUG])
 def test_cores_follow_linux_s_rules(outdir, config):
-    out = build(APP, config, outdir / f"coredump-{config}")
+    out = image(outdir, config)
     res = ukl("run", out, "--", "all")
     assert res.returncode == 0, res.stdout[-3000:]
     got = cases(res.stdout)
@@ -67,7 +78,7 @@ def test_cores_follow_linux_s_rules(outdir, config):
 
 @pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed (scripts/install-host-deps)")
 def test_run_core_brings_it_out_and_gdb_shows_the_faulting_frame(outdir, tmp_path):
-    out = build(APP, "base", outdir / "coredump-base")
+    out = image(outdir, "base")
     dest = tmp_path / "cores"
     dest.mkdir()
     (dest / "keep.txt").write_text("the user's file")
