@@ -62,3 +62,13 @@ def test_deploy_md_shows_the_way_from_ukl_pkg_to_ctr_run_and_kubectl():
                  "scripts/install-urunc", "kubectl apply -f deploy/k8s/runtimeclass.yaml",
                  "kubectl apply -f deploy/k8s/redis.yaml", "ctr -n k8s.io image import redis.tar"):
         assert want in text, want
+
+
+def test_the_job_runs_its_pod_once_and_fails_with_it():
+    (job,) = docs("job.yaml")
+    assert job["apiVersion"] == "batch/v1" and job["kind"] == "Job" and job["spec"]["backoffLimit"] == 0
+    spec = job["spec"]["template"]["spec"]
+    assert spec["runtimeClassName"] == "urunc" and spec["restartPolicy"] == "Never"
+    assert spec["enableServiceLinks"] is False
+    (c,) = spec["containers"]
+    assert c["image"] == "localhost/ukl/hello:latest" and c["imagePullPolicy"] == "Never"

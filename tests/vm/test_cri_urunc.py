@@ -192,8 +192,9 @@ def nothing_left(c: Cri) -> None:
     assert all(s.split()[-1] == "Committed" for s in snaps), snaps  # the images' only
 
 
-def run_pod(c: Cri, name: str, work: Path) -> tuple[str, str, dict]:
-    (pod,) = [d for d in manifests(name) if d["kind"] == "Pod"]
+def run_pod(c: Cri, name: str | dict, work: Path) -> tuple[str, str, dict]:
+    """Run the Pod of manifest NAME, or the pod NAME, as the kubelet would."""
+    (pod,) = [d for d in manifests(name) if d["kind"] == "Pod"] if isinstance(name, str) else [name]
     assert pod["spec"]["runtimeClassName"] == "urunc" and pod["spec"].get("enableServiceLinks") is False
     logs = work / f"logs-{pod['metadata']['name']}"
     sandbox, (container,) = pod_requests(pod, logs)
@@ -223,6 +224,44 @@ def test_hello_runs_as_a_pod_and_ends(cri, outdir, tmp_path):
     limit = container["linux"]["resources"]["memory_limit_in_bytes"]
     mem = re.search(r"^Memory: \d+K/(\d+)K available", logs, re.M)
     assert mem and limit - 16 * MiB < int(mem.group(1)) * 1024 <= limit, (limit, mem and mem.group(0))
+    cri("stopp", pid)
+    cri("rmp", pid)
+    nothing_left(cri)
+
+
+def job_pod(image: str | None, args: list[str] | None) -> dict:
+    """deploy/k8s/job.yaml's pod, as the Job controller makes it, with
+    IMAGE and ARGS instead of the manifest's where given."""
+    (job,) = manifests("job.yaml")
+    tmpl = job["spec"]["template"]
+    pod = {"kind": "Pod", "metadata": {"name": f"{job['metadata']['name']}-{uuid.uuid4().hex[:5]}",
+                                       "labels": {**tmpl["metadata"]["labels"], "job-name": job["metadata"]["name"]}},
+           "spec": tmpl["spec"]}
+    (c,) = pod["spec"]["containers"]
+    c.update({k: v for k, v in (("image", image), ("args", args)) if v is not None})
+    return pod
+
+
+@pytest.mark.parametrize("app,args,status", [("hello", None, 0), ("basics", ["exit", "3"], 3),
+                                             ("basics", ["segv"], 139)], ids=["exit0", "exit3", "segv"])
+def test_a_job_s_container_ends_with_the_application_s_status(cri, outdir, tmp_path, app, args, status):
+    src = REPO / "examples" / "hello" / "hello.c" if app == "hello" else REPO / "tests" / "apps" / "basics.c"
+    out = outdir / f"cri-{app}"
+    if not (out / "bzImage").is_file():
+        build(src, "base", out)
+    package(out, f"localhost/ukl/{app}:latest", cri.ctd)
+    pid, cid, _ = run_pod(cri, job_pod(None if app == "hello" else f"localhost/ukl/{app}:latest", args), tmp_path)
+    deadline = time.monotonic() + 300
+    while (st := cri.inspect(cid))["state"] != "CONTAINER_EXITED":
+        assert time.monotonic() < deadline, st
+        time.sleep(2)
+    logs = cri("logs", cid)
+    # what the Job controller reads: the container's exit code, the
+    # application's status (Linux's 139 for SIGSEGV) through urunc
+    # (deploy/urunc/patches/0003)
+    assert f"ukl-init: application exited with status {status}" in logs, logs[-3000:]
+    assert st["exitCode"] == status, st
+    assert st["reason"] == ("Completed" if status == 0 else "Error"), st
     cri("stopp", pid)
     cri("rmp", pid)
     nothing_left(cri)
