@@ -267,6 +267,31 @@ def test_a_job_s_container_ends_with_the_application_s_status(cri, outdir, tmp_p
     nothing_left(cri)
 
 
+def test_a_pod_with_40_environment_variables_sees_them_all(cri, outdir, tmp_path):
+    # urunc passes each as a word of the kernel command line, which the
+    # kernel hands to init as its environment: 32 at most in stock Linux
+    # (it panics beyond), 128 with CONFIG_UNIKERNEL_LINUX (kernel patch 0001)
+    out = outdir / "cri-basics"
+    if not (out / "bzImage").is_file():
+        build(REPO / "tests" / "apps" / "basics.c", "base", out)
+    package(out, "localhost/ukl/basics:latest", cri.ctd)
+    pod = job_pod("localhost/ukl/basics:latest", ["env"])
+    want = {f"UKL_VAR_{i:02}": f"value-{i}" for i in range(40)}
+    pod["spec"]["containers"][0]["env"] = [{"name": k, "value": v} for k, v in want.items()]
+    pid, cid, _ = run_pod(cri, pod, tmp_path)
+    deadline = time.monotonic() + 300
+    while (st := cri.inspect(cid))["state"] != "CONTAINER_EXITED":
+        assert time.monotonic() < deadline, st
+        time.sleep(2)
+    logs = cri("logs", cid)
+    seen = dict(m.groups() for m in re.finditer(r"^env: (UKL_VAR_\d+)=(\S*)\r?$", logs, re.M))
+    assert seen == want, logs[-3000:]
+    assert "Too many boot env vars" not in logs and st["exitCode"] == 0, st
+    cri("stopp", pid)
+    cri("rmp", pid)
+    nothing_left(cri)
+
+
 def test_redis_pod_answers_on_its_ip(cri, outdir, tmp_path):
     assert shutil.which("redis-cli"), "redis-cli is missing (scripts/install-host-deps installs it)"
     out = outdir / "cri-redis"

@@ -135,12 +135,12 @@ def urunc_values(hypervisor: str, args: list[str], initrd: bool) -> dict[str, st
 # (pkg/unikontainers/unikernels/linux.go) writes "panic=-1 console=ttyS0
 # root=/dev/ram0 rw ip=ADDR::GW:MASK:urunc:eth0:off ENV... rdinit=/init --
 # ARGS", an argument with spaces in single quotes; the kernel splits it at
-# blanks, passes at most MAX_INIT_ARGS words to init and MAX_INIT_ENVS
-# unknown NAME=VALUE words as its environment (more panic the kernel), and
-# cuts the line at COMMAND_LINE_SIZE - 1 bytes, the arguments first.
+# blanks, passes at most MAX_INIT_ARGS words to init (a UKL kernel 128:
+# not counted on here) and as many unknown NAME=VALUE words as its
+# environment (more panic the kernel), and cuts the line at
+# COMMAND_LINE_SIZE - 1 bytes, the arguments first.
 URUNC_PREFIX = len("panic=-1 console=ttyS0 root=/dev/ram0 rw "
                    "ip=255.255.255.255::255.255.255.255:255.255.255.255:urunc:eth0:off rdinit=/init -- ")
-MAX_INIT_ENVS = 32
 ORCHESTRATOR_ROOM = 512  # what containerd or Kubernetes adds: HOSTNAME=, the pod's variables
 
 
