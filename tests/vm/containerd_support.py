@@ -1,10 +1,12 @@
 """containerd and urunc for the container tests (test_oci_urunc.py,
-test_cri_urunc.py): a private containerd (its own root, state and socket,
-optionally its own configuration and network namespace), importing a `ukl
-pkg --oci` archive, and what a test may leave behind."""
+test_cri_urunc.py, test_kubelet_urunc.py): a private containerd (its own
+root, state and socket, optionally its own configuration and network
+namespace), importing a `ukl pkg --oci` archive, the pod sandbox's image,
+crictl, and what a test may leave behind."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -15,10 +17,14 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, ukl
+from ukltool.run import ocipkg
 
 TCG_BIN = Path("/usr/lib/ukl-urunc/bin")
 RUNTIME = "io.containerd.urunc.v2"
 CNI_BIN = Path("/usr/lib/cni")
+K8S = REPO / "deploy" / "k8s"
+PAUSE = "localhost/ukl/pause:test"
+CRICTL = Path("/usr/local/bin/crictl")
 
 
 class Containerd:
@@ -113,3 +119,49 @@ def install_urunc(what: str) -> str:
                          text=True, timeout=1800)
     assert res.returncode == 0, res.stdout
     return res.stdout
+
+
+CAP_SYS_RESOURCE = 24
+
+
+def has_cap(cap: int) -> bool:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> cap & 1)
+    return False
+
+
+def pause_archive(work: Path) -> Path:
+    """An OCI image of tests/apps/pause.c for the pod sandbox."""
+    exe = work / "pause"
+    subprocess.run(["gcc", "-static", "-O2", "-Wall", "-Werror", "-o", exe, REPO / "tests" / "apps" / "pause.c"],
+                   check=True)
+    raw = ocipkg._tar([("pause", exe.read_bytes(), 0o755)])
+    layer = ocipkg.Blob(ocipkg.MEDIA_LAYER, ocipkg._gzip(raw))
+    config = ocipkg.Blob(ocipkg.MEDIA_CONFIG, ocipkg._json({
+        "architecture": "amd64", "os": "linux", "config": {"Entrypoint": ["/pause"]},
+        "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(raw).hexdigest()]}}))
+    manifest = ocipkg.Blob(ocipkg.MEDIA_MANIFEST, ocipkg._json({
+        "schemaVersion": 2, "mediaType": ocipkg.MEDIA_MANIFEST, "config": config.descriptor(),
+        "layers": [layer.descriptor()]}), annotations={ocipkg.REF_NAME: PAUSE, ocipkg.CONTAINERD_NAME: PAUSE})
+    index = ocipkg._json({"schemaVersion": 2, "mediaType": ocipkg.MEDIA_INDEX, "manifests": [manifest.descriptor()]})
+    tar = work / "pause.tar"
+    tar.write_bytes(ocipkg.archive_bytes(ocipkg.Package(PAUSE, layer, config, manifest, index, {})))
+    return tar
+
+
+class Cri:
+    def __init__(self, ctd: Containerd) -> None:
+        self.ctd = ctd
+
+    def __call__(self, *args: str | Path, timeout: float = 600, check: bool = True) -> str:
+        ep = f"unix://{self.ctd.sock}"
+        res = subprocess.run([CRICTL, "--runtime-endpoint", ep, "--image-endpoint", ep, "--timeout", "300s",
+                              *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                             stdin=subprocess.DEVNULL)
+        if check:
+            assert res.returncode == 0, f"crictl {' '.join(map(str, args))}: {res.stdout}{res.stderr}"
+        return res.stdout
+
+    def inspect(self, cid: str) -> dict:
+        return json.loads(self("inspect", cid))["status"]

@@ -11,7 +11,6 @@ network namespaces, snapshots of containers."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -24,14 +23,23 @@ from pathlib import Path
 
 import pytest
 import yaml
-from containerd_support import CNI_BIN, Containerd, install_urunc, leftovers, package
+from containerd_support import (
+    CAP_SYS_RESOURCE,
+    CNI_BIN,
+    CRICTL,
+    K8S,
+    PAUSE,
+    Containerd,
+    Cri,
+    has_cap,
+    install_urunc,
+    leftovers,
+    package,
+    pause_archive,
+)
 
 from conftest import REPO, build, ukl
-from ukltool.run import ocipkg
 
-K8S = REPO / "deploy" / "k8s"
-PAUSE = "localhost/ukl/pause:test"
-CRICTL = Path("/usr/local/bin/crictl")
 MiB = 1 << 20
 # The CRI's enumerations, as numbers (crictl reads its JSON files with Go's
 # encoding/json): runtime.v1 Protocol and NamespaceMode
@@ -56,6 +64,10 @@ def quantity(q: str) -> int:
     return int(q)
 
 
+def millicores(q: str) -> int:
+    return int(q[:-1]) if q.endswith("m") else int(float(q) * 1000)
+
+
 def pod_requests(pod: dict, logs: Path) -> tuple[dict, list[dict]]:
     """The kubelet's RunPodSandbox and CreateContainer requests for POD
     (the fields that apply here; protobuf JSON names)."""
@@ -72,61 +84,18 @@ def pod_requests(pod: dict, logs: Path) -> tuple[dict, list[dict]]:
     containers = []
     for c in spec["containers"]:
         assert c.get("imagePullPolicy") == "Never"  # no registry: the image is imported
-        limit = c.get("resources", {}).get("limits", {}).get("memory")
+        limits = c.get("resources", {}).get("limits", {})
+        resources = {"memory_limit_in_bytes": quantity(limits["memory"])} if "memory" in limits else {}
+        if "cpu" in limits:  # as the kubelet sets a CPU limit: a CFS quota per 100 ms period
+            resources |= {"cpu_period": 100000, "cpu_quota": millicores(limits["cpu"]) * 100}
         containers.append({
             "metadata": {"name": c["name"], "attempt": 0}, "image": {"image": c["image"]},
             "labels": {**kube, "io.kubernetes.container.name": c["name"]},
             "command": c.get("command", []), "args": c.get("args", []),
             "envs": [{"key": e["name"], "value": e["value"]} for e in c.get("env", [])],
             "log_path": f"{c['name']}.log",
-            "linux": {"resources": {"memory_limit_in_bytes": quantity(limit)} if limit else {}}})
+            "linux": {"resources": resources}})
     return sandbox, containers
-
-
-CAP_SYS_RESOURCE = 24
-
-
-def has_cap(cap: int) -> bool:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("CapEff:"):
-            return bool(int(line.split()[1], 16) >> cap & 1)
-    return False
-
-
-def pause_archive(work: Path) -> Path:
-    """An OCI image of tests/apps/pause.c for the pod sandbox."""
-    exe = work / "pause"
-    subprocess.run(["gcc", "-static", "-O2", "-Wall", "-Werror", "-o", exe, REPO / "tests" / "apps" / "pause.c"],
-                   check=True)
-    raw = ocipkg._tar([("pause", exe.read_bytes(), 0o755)])
-    layer = ocipkg.Blob(ocipkg.MEDIA_LAYER, ocipkg._gzip(raw))
-    config = ocipkg.Blob(ocipkg.MEDIA_CONFIG, ocipkg._json({
-        "architecture": "amd64", "os": "linux", "config": {"Entrypoint": ["/pause"]},
-        "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(raw).hexdigest()]}}))
-    manifest = ocipkg.Blob(ocipkg.MEDIA_MANIFEST, ocipkg._json({
-        "schemaVersion": 2, "mediaType": ocipkg.MEDIA_MANIFEST, "config": config.descriptor(),
-        "layers": [layer.descriptor()]}), annotations={ocipkg.REF_NAME: PAUSE, ocipkg.CONTAINERD_NAME: PAUSE})
-    index = ocipkg._json({"schemaVersion": 2, "mediaType": ocipkg.MEDIA_INDEX, "manifests": [manifest.descriptor()]})
-    tar = work / "pause.tar"
-    tar.write_bytes(ocipkg.archive_bytes(ocipkg.Package(PAUSE, layer, config, manifest, index, {})))
-    return tar
-
-
-class Cri:
-    def __init__(self, ctd: Containerd) -> None:
-        self.ctd = ctd
-
-    def __call__(self, *args: str | Path, timeout: float = 600, check: bool = True) -> str:
-        ep = f"unix://{self.ctd.sock}"
-        res = subprocess.run([CRICTL, "--runtime-endpoint", ep, "--image-endpoint", ep, "--timeout", "300s",
-                              *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                             stdin=subprocess.DEVNULL)
-        if check:
-            assert res.returncode == 0, f"crictl {' '.join(map(str, args))}: {res.stdout}{res.stderr}"
-        return res.stdout
-
-    def inspect(self, cid: str) -> dict:
-        return json.loads(self("inspect", cid))["status"]
 
 
 @pytest.fixture(scope="module")
@@ -224,6 +193,11 @@ def test_hello_runs_as_a_pod_and_ends(cri, outdir, tmp_path):
     limit = container["linux"]["resources"]["memory_limit_in_bytes"]
     mem = re.search(r"^Memory: \d+K/(\d+)K available", logs, re.M)
     assert mem and limit - 16 * MiB < int(mem.group(1)) * 1024 <= limit, (limit, mem and mem.group(0))
+    # and its CPU limit the VM's vCPUs (urunc passed no -smp until
+    # deploy/urunc/patches/0004: one vCPU whatever the limit)
+    cpus = -(-container["linux"]["resources"]["cpu_quota"] // container["linux"]["resources"]["cpu_period"])
+    smp = re.search(r"smp: Brought up \d+ nodes?, (\d+) CPUs?", logs)
+    assert cpus == 2 and smp and int(smp.group(1)) == cpus, smp and smp.group(0)
     cri("stopp", pid)
     cri("rmp", pid)
     nothing_left(cri)
