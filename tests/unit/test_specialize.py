@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from ukltool.apps import recipes
+from ukltool.apps import recipes, specialize
 from ukltool.build import initramfs
-from ukltool.linux import binsyscalls, kernel, specialize
+from ukltool.linux import binsyscalls, kernel
 from ukltool.util.errors import UklError
 from ukltool.util.paths import CONFIG_DIR
 

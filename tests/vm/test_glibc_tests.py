@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from conftest import REPO, assert_clean, ukl
-from ukltool.glibc import glibctests
+from ukltool.apps import glibctests
 
 
 def test_glibc_tests_pass_or_are_explained(tmp_path):

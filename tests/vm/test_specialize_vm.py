@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 
 from conftest import REPO, assert_clean, ukl
-from ukltool.linux import kernel, specialize
+from ukltool.apps import specialize
+from ukltool.linux import kernel
 from ukltool.util.paths import cache_dir
 
 # System calls that are harmless with zero arguments, each with the table's

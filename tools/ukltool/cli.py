@@ -18,12 +18,12 @@ from rich.markup import escape
 from rich.table import Table
 
 import ukltool
-from ukltool.apps import apptest, ltp, recipes
+from ukltool.apps import apptest, glibctests, ltp, recipes, specialize
 from ukltool.bench import appbench, bootbench, hostbench, remotebench, syscalls
 from ukltool.build import flags as ukl_flags
 from ukltool.build import image, initramfs, project
-from ukltool.glibc import glibctests, libc
-from ukltool.linux import kernel, prefixes, profiles, specialize
+from ukltool.glibc import libc
+from ukltool.linux import kernel, prefixes, profiles
 from ukltool.plugin import cyclemodel
 from ukltool.run import cores, ocipkg, remote, vm
 from ukltool.source import series as series_mod
@@ -529,7 +529,7 @@ def _libc_parser(sub: argparse._SubParsersAction) -> None:
              examples=("ukl libc build",)).set_defaults(func=lambda a: print(libc.build().objdir))
     _tree_actions(ls_, libc.SERIES, lambda: sources.glibc_tree()[1], libc.TREE_LOCK, "libc")
     lt = _command(ls_, "tests", "run a selection of glibc's own tests linked into the kernel",
-                  "Build glibc's tests (listed in tools/ukltool/glibc/glibctests.py) into one UKL image, run each "
+                  "Build glibc's tests (listed in tools/ukltool/apps/glibctests.py) into one UKL image, run each "
                   "in its own boot under --config base, and report pass/fail per test.",
                   ("ukl libc tests", "ukl libc tests --tests tst-atexit --logs out/gt",
                    "ukl libc tests --markdown docs/glibc-tests.md"))

@@ -37,10 +37,10 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 from rich.table import Table
 
-from ukltool.apps import recipes
+from ukltool.apps import recipes, specialize
 from ukltool.bench import benchcommon
 from ukltool.build import image, initramfs
-from ukltool.linux import bzimage, kernel, specialize
+from ukltool.linux import bzimage, kernel
 from ukltool.plugin import insnclass, insnprofile
 from ukltool.plugin.insnclass import Hit
 from ukltool.run import vm

@@ -222,15 +222,9 @@ def _gzip(data: bytes) -> bytes:
 
 def _ports(man: image.Manifest) -> list[int]:
     """The ports the application serves: the guest sides of the image's
-    --forward pairs and of its recipe's [image] forward."""
-    ports = {guest for _host, guest in man.forwards}
-    if man.recipe:
-        from ukltool.apps import recipes
-        try:
-            ports |= {guest for _host, guest in recipes.load(man.recipe).forwards}
-        except UklError:
-            pass  # a recipe since renamed: the manifest's pairs stand
-    return sorted(ports)
+    --forward pairs, which `ukl build` records, a recipe's [image] forward
+    included."""
+    return sorted({guest for _host, guest in man.forwards})
 
 
 @dataclass

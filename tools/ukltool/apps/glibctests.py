@@ -182,7 +182,7 @@ def run_all(outdir: Path, timeout: float = 300.0, only: list[str] | None = None)
     names = {t for _, t in TESTS}
     for o in only or []:
         if o not in names:
-            raise UklError(f"unknown glibc test '{o}'", "the tests are listed in tools/ukltool/glibc/glibctests.py")
+            raise UklError(f"unknown glibc test '{o}'", "the tests are listed in tools/ukltool/apps/glibctests.py")
     with tempfile.TemporaryDirectory(prefix="ukl-glibc-tests-") as td:
         work = Path(td)
         obj = build_image(work)
