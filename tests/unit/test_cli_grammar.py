@@ -19,11 +19,13 @@ import pytest
 from conftest import UKL
 from ukltool import cli
 from ukltool.bench import appbench, hostbench
+from ukltool.cli import build as cli_build
+from ukltool.cli import common
 from ukltool.util.errors import UklError
 
-SHARED = {"--json": cli.HELP_JSON, "--markdown": cli.HELP_MARKDOWN, "--plot": cli.HELP_PLOT,
-          "--from-json": cli.HELP_FROM_JSON, "--timeout": cli.HELP_TIMEOUT, "--icount": cli.HELP_ICOUNT,
-          "--configs": cli.HELP_CONFIGS}
+SHARED = {"--json": common.HELP_JSON, "--markdown": common.HELP_MARKDOWN, "--plot": common.HELP_PLOT,
+          "--from-json": common.HELP_FROM_JSON, "--timeout": common.HELP_TIMEOUT, "--icount": common.HELP_ICOUNT,
+          "--configs": common.HELP_CONFIGS}
 
 
 def commands(parser: argparse.ArgumentParser, path: list[str]) -> Iterator[tuple[list[str], argparse.ArgumentParser]]:
@@ -165,16 +167,16 @@ def test_build_refuses_a_name_that_is_not_an_application_name(capsys, tmp_path, 
 
 def test_build_names_each_kind_of_input(tmp_path):
     (tmp_path / "a.c").write_text("int main(void) { return 0; }\n")
-    assert cli.build_input([tmp_path / "a.c"]) == ("files", None)
-    assert cli.build_input([tmp_path]) == ("directory", None)
-    assert cli.build_input([Path("hello")]) == ("recipe", "hello")
+    assert cli_build.build_input([tmp_path / "a.c"]) == ("files", None)
+    assert cli_build.build_input([tmp_path]) == ("directory", None)
+    assert cli_build.build_input([Path("hello")]) == ("recipe", "hello")
     with pytest.raises(UklError, match="a project directory is built on its own"):
-        cli.build_input([tmp_path, tmp_path / "a.c"])
+        cli_build.build_input([tmp_path, tmp_path / "a.c"])
     applies = {"files": ["--name", "x", "--freestanding", "--cflags=-O1"],
                "directory": ["--name", "x", "--configure-args=--y", "--make-args", "V=1", "--build-system", "make"],
                "recipe": ["--configure-args=--y", "--make-args", "V=1", "--userspace"]}
     for kind, opts in applies.items():
-        cli.check_build_options(parse(["build", "x", *opts]), kind)   # no refusal
+        cli_build.check_build_options(parse(["build", "x", *opts]), kind)   # no refusal
 
 
 @pytest.mark.parametrize("opt", [["--icount"], ["--requests", "10"], ["--model", "cycles"], ["--cpu", "x"],

@@ -83,7 +83,7 @@ def test_qemu_gets_the_disk_and_init_the_parameter(tmp_path, machine, device):
 
 
 def test_init_uses_the_protocol_s_names():
-    init = (Path(cli.__file__).parents[2] / "guest" / "init.c").read_text()
+    init = (Path(cli.__file__).parents[3] / "guest" / "init.c").read_text()
     for text in (protocol.CORE_DIR, protocol.CORE_PATTERN, protocol.CORE_DISK_SERIAL,
                  protocol.CORE_MAGIC.decode(), protocol.CORE_END.decode()):
         assert f'"{text}"' in init, text

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ukltool import cli
+from ukltool.cli import bench as cli_bench
 from ukltool.util.errors import UklError
 
 
@@ -21,7 +21,7 @@ def test_a_failing_application_keeps_the_finished_ones(tmp_path: Path):
         done.append(name)
 
     with pytest.raises(UklError) as e:
-        cli._each_app(["redis", "memcached", "nginx", "sqlite3"], run, lambda: saved.append(list(done)),
+        cli_bench._each_app(["redis", "memcached", "nginx", "sqlite3"], run, lambda: saved.append(list(done)),
                       tmp_path / "r.json")
     assert saved == [["redis"], ["redis", "memcached"]]
     assert e.value.message == "the benchmark failed under 'base'"
@@ -35,5 +35,5 @@ def test_without_json_or_before_any_result_the_error_is_unchanged(tmp_path: Path
 
     for names, path in ((["redis"], tmp_path / "r.json"), (["a", "b"], None)):
         with pytest.raises(UklError) as e:
-            cli._each_app(names, fail, lambda: None, path)
+            cli_bench._each_app(names, fail, lambda: None, path)
         assert (e.value.message, e.value.hint) == ("boom", "hint")

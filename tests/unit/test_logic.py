@@ -9,6 +9,9 @@ import pytest
 
 from ukltool import cli
 from ukltool.build import initramfs, protocol
+from ukltool.cli import bench as cli_bench
+from ukltool.cli import common
+from ukltool.cli import run as cli_run
 from ukltool.linux import kernel
 from ukltool.run import logscan
 from ukltool.util.errors import UklError
@@ -145,19 +148,19 @@ def test_initramfs_archives_are_newc_cpio_that_cpio_reads(tmp_path: Path):
 
 
 def test_forward_and_timeout_arguments():
-    assert cli._forward("5555:6666") == (5555, 6666)
+    assert common.forward_arg("5555:6666") == (5555, 6666)
     for bad in ("5555", "a:b", "0:1", "1:70000"):
         with pytest.raises(argparse.ArgumentTypeError):
-            cli._forward(bad)
+            common.forward_arg(bad)
     with pytest.raises(argparse.ArgumentTypeError):
-        cli._positive("-1")
+        common.positive_arg("-1")
 
 
 def test_cflags_are_split_and_flags_ukl_owns_are_refused():
-    assert cli._cflags("-fno-omit-frame-pointer -DNAME='a b'") == ["-fno-omit-frame-pointer", "-DNAME=a b"]
+    assert common.cflags_arg("-fno-omit-frame-pointer -DNAME='a b'") == ["-fno-omit-frame-pointer", "-DNAME=a b"]
     for bad in ("-mcmodel=large", "-O2 -mred-zone", "-fPIC", "-o x", "'unclosed"):
         with pytest.raises(argparse.ArgumentTypeError):
-            cli._cflags(bad)
+            common.cflags_arg(bad)
 
 
 def test_cli_reports_user_errors_without_traceback(tmp_path: Path, capsys):
@@ -172,12 +175,12 @@ def test_cli_reports_user_errors_without_traceback(tmp_path: Path, capsys):
 
 
 def test_icount_runs_one_cpu_and_refuses_more():
-    assert cli.run_smp(None, False) == 2
-    assert cli.run_smp(None, True) == 1
-    assert cli.run_smp(1, True) == 1 and cli.run_smp(3, False) == 3
+    assert cli_run.run_smp(None, False) == 2
+    assert cli_run.run_smp(None, True) == 1
+    assert cli_run.run_smp(1, True) == 1 and cli_run.run_smp(3, False) == 3
     for smp, icount in ((2, True), (0, False)):
         try:
-            cli.run_smp(smp, icount)
+            cli_run.run_smp(smp, icount)
         except UklError as e:
             assert "--smp" in e.message
         else:
@@ -473,7 +476,7 @@ def test_the_explicit_redis_recipe_is_redis_with_three_changed_lines():
 
 def test_bench_app_names_choose_among_the_benchmarks():
     every = ["memcached", "redis", "redis-explicit"]
-    assert cli._bench_apps([], every) == every
-    assert cli._bench_apps(["redis-explicit", "redis", "redis"], every) == ["redis-explicit", "redis"]
+    assert cli_bench._bench_apps([], every) == every
+    assert cli_bench._bench_apps(["redis-explicit", "redis", "redis"], every) == ["redis-explicit", "redis"]
     with pytest.raises(UklError, match="nope: not among these benchmarks"):
-        cli._bench_apps(["redis", "nope"], every)
+        cli_bench._bench_apps(["redis", "nope"], every)

@@ -223,8 +223,9 @@ def pid1_word(arg: str) -> str:
 
 def check_pid1(spec: RunSpec) -> None:
     if not spec.initramfs and not spec.pid1:
-        raise UklError("a boot without an initramfs has no init program to start the application",
-                       "run the application as PID 1 (--pid1), or boot with the image's initramfs")
+        raise UklError("--no-initramfs needs --pid1: a boot without an initramfs has no init program to start "
+                       "the application", "run the application as PID 1 (--pid1, UKL configurations), or boot "
+                       "with the image's initramfs")
     if not spec.pid1:
         return
     if len(spec.pid1_args) + 1 > protocol.MAX_INIT_ARGS:
