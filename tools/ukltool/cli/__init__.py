@@ -59,8 +59,8 @@ def parser() -> argparse.ArgumentParser:
     run_parser(sub)
     pkg_parser(sub)
     c = add_command(sub, "configs", "list the kernel configurations and the UKL options",
-                 "The kernel configurations (kernel/configs) and the UKL options (kernel/options.toml) that make "
-                 "profiles of them, such as base+ret+byp.", ("ukl configs",), listed=False)
+                    "The kernel configurations (kernel/configs) and the UKL options (kernel/options.toml) that make "
+                    "profiles of them, such as base+ret+byp.", ("ukl configs",), listed=False)
     c.set_defaults(func=cmd_configs)
     bench_parser(sub)
     apptest_parser(sub)
@@ -68,8 +68,8 @@ def parser() -> argparse.ArgumentParser:
     kernel_parser(sub)
     libc_parser(sub)
     add_command(sub, "sources", "install, verify and unpack the pinned Linux and glibc sources",
-             "Check the sources pinned in sources.lock against their hashes, unpack them into the cache and print "
-             "where each tree is.", ("ukl sources",), listed=False).set_defaults(func=cmd_sources)
+                "Check the sources pinned in sources.lock against their hashes, unpack them into the cache and print "
+                "where each tree is.", ("ukl sources",), listed=False).set_defaults(func=cmd_sources)
     shorts = {name: sp.get_default("_short") for name, sp in sub.choices.items()}
     width = max(map(len, shorts))
     p.description = "\n\n".join([

@@ -22,12 +22,12 @@ from ukltool.util import ui
 
 def apptest_parser(sub: argparse._SubParsersAction) -> None:
     at = add_command(sub, "apptest", "run an application's own test suite against it in the guest",
-                  "Build the recipe's image, start the application in the guest (on a tap device or behind a "
-                  "forwarded port), and run the application's own test suite on the host against it (the recipe's "
-                  "[tests]: for redis, ./runtest --host --port).",
-                  ("ukl apptest redis --configs linux,base",
-                   "ukl apptest redis --configs base --units unit/type/incr,unit/type/list --json out/a.json",
-                   "ukl apptest redis --from-json out/linux.json --from-json out/base.json"), listed=False)
+                     "Build the recipe's image, start the application in the guest (on a tap device or behind a "
+                     "forwarded port), and run the application's own test suite on the host against it (the recipe's "
+                     "[tests]: for redis, ./runtest --host --port).",
+                     ("ukl apptest redis --configs linux,base",
+                      "ukl apptest redis --configs base --units unit/type/incr,unit/type/list --json out/a.json",
+                      "ukl apptest redis --from-json out/linux.json --from-json out/base.json"), listed=False)
     at.add_argument("name", metavar="NAME", help="a recipe with a [tests] section (redis, memcached)")
     configs_option(at)
     at.add_argument("--all", action="store_true", help="the whole suite, not the recipe's units")

@@ -29,18 +29,18 @@ from ukltool.util.errors import UklError
 
 def bench_parser(sub: argparse._SubParsersAction) -> None:
     bn = add_command(sub, "bench", "benchmarks comparing configurations",
-                  "Suites (syscalls, remote, boot) and application benchmarks (app NAME...), each under the "
-                  "configurations and profiles of --configs, the first without UKL the baseline.",
-                  ("ukl bench syscalls --configs linux,base,base+byp --icount",
-                   "ukl bench app redis --configs linux,base --icount",
-                   "ukl bench boot --apps hello --configs linux,base --icount"), listed=False)
+                     "Suites (syscalls, remote, boot) and application benchmarks (app NAME...), each under the "
+                     "configurations and profiles of --configs, the first without UKL the baseline.",
+                     ("ukl bench syscalls --configs linux,base,base+byp --icount",
+                      "ukl bench app redis --configs linux,base --icount",
+                      "ukl bench boot --apps hello --configs linux,base --icount"), listed=False)
     bs = bn.add_subparsers(dest="bcmd", metavar="SUITE", required=True)
     sc = add_command(bs, "syscalls", "LEBench-style system call and page fault latencies",
-                  "Build bench/lebench.c for each configuration, boot each, and compare the medians against the "
-                  "first configuration without UKL (default linux).",
-                  ("ukl bench syscalls --configs linux,base --icount --quick",
-                   "ukl bench syscalls --configs linux,base+byp --icount --by-function getppid,read:1",
-                   "ukl bench syscalls --from-json docs/results.json --markdown out/results.md"))
+                     "Build bench/lebench.c for each configuration, boot each, and compare the medians against the "
+                     "first configuration without UKL (default linux).",
+                     ("ukl bench syscalls --configs linux,base --icount --quick",
+                      "ukl bench syscalls --configs linux,base+byp --icount --by-function getppid,read:1",
+                      "ukl bench syscalls --from-json docs/results.json --markdown out/results.md"))
     configs_option(sc)
     icount_option(sc)
     sc.add_argument("--quick", action="store_true", help="1,000 iterations and 3 sizes (for tests)")
@@ -54,11 +54,11 @@ def bench_parser(sub: argparse._SubParsersAction) -> None:
     sc.set_defaults(func=cmd_bench)
 
     rb = add_command(bs, "remote", "remote system calls: null calls, file I/O and OS jitter",
-                  "Run bench/remote.c on the host, in a linux guest and in a base guest booted with --remote: a "
-                  "null remote call polling and asleep against getppid, pread/pwrite of 1 B to 64 KiB on a host "
-                  "file against guest tmpfs, and OS jitter (docs/results-remote.md).",
-                  ("ukl bench remote --quick",
-                   "ukl bench remote --json out/remote.json --markdown out/remote.md --plot out/remote.png"))
+                     "Run bench/remote.c on the host, in a linux guest and in a base guest booted with --remote: a "
+                     "null remote call polling and asleep against getppid, pread/pwrite of 1 B to 64 KiB on a host "
+                     "file against guest tmpfs, and OS jitter (docs/results-remote.md).",
+                     ("ukl bench remote --quick",
+                      "ukl bench remote --json out/remote.json --markdown out/remote.md --plot out/remote.png"))
     rb.add_argument("--quick", action="store_true", help="few batches and short jitter runs (for tests)")
     rb.add_argument("--repeat", type=count_arg, metavar="N",
                     help="boot each guest N times, interleaved; report the median run (default 3; 1 with --quick)")
@@ -71,17 +71,17 @@ def bench_parser(sub: argparse._SubParsersAction) -> None:
 
 def _bench_app_parser(bs: argparse._SubParsersAction) -> None:
     ap = add_command(bs, "app", "application benchmarks: the recipes' servers and programs under load",
-                  "Build and boot each application under each configuration and load it. With --clients guest "
-                  "(the default), from inside the guest (bench/appload.c, the recipe's [bench]): the "
-                  "application's CPU time per request, or guest instructions with --icount. With --clients host, "
-                  "with real load generators on the host over a tap device (the recipe's [netbench]; needs root): "
-                  "throughput and latency in wall-clock time; programs that run to completion are timed in the "
-                  "guest beside them. Without NAME: every application the mode has.",
-                  ("ukl bench app redis --configs linux,base --icount",
-                   "ukl bench app --configs linux,base,base+ret+byp --icount --json out/apps.json",
-                   "ukl bench app redis --icount --by-function --markdown out/redis.md",
-                   "ukl bench app redis memcached --clients host --repeat 3",
-                   "ukl bench app memcached --from-json docs/results-apps.json --markdown out/m.md"))
+                     "Build and boot each application under each configuration and load it. With --clients guest "
+                     "(the default), from inside the guest (bench/appload.c, the recipe's [bench]): the "
+                     "application's CPU time per request, or guest instructions with --icount. With --clients host, "
+                     "with real load generators on the host over a tap device (the recipe's [netbench]; needs root): "
+                     "throughput and latency in wall-clock time; programs that run to completion are timed in the "
+                     "guest beside them. Without NAME: every application the mode has.",
+                     ("ukl bench app redis --configs linux,base --icount",
+                      "ukl bench app --configs linux,base,base+ret+byp --icount --json out/apps.json",
+                      "ukl bench app redis --icount --by-function --markdown out/redis.md",
+                      "ukl bench app redis memcached --clients host --repeat 3",
+                      "ukl bench app memcached --from-json docs/results-apps.json --markdown out/m.md"))
     ap.add_argument("names", nargs="*", metavar="NAME",
                     help=f"recipes with a [bench] section ({safe_list(appbench.names)}), or with --clients host a "
                     f"[netbench] section ({safe_list(hostbench.names)}) or a run to completion (default: all of them)")
@@ -109,14 +109,14 @@ def _bench_app_parser(bs: argparse._SubParsersAction) -> None:
 
 def _bench_boot_parser(bs: argparse._SubParsersAction) -> None:
     bb = add_command(bs, "boot", "image size, boot time to main() (and a server's first answer), least memory",
-                  "Build each application for each configuration and measure: the image's bytes (bzImage, "
-                  "initramfs) and vmlinux's text/data/bss; the guest time and instructions from the kernel's first "
-                  "instruction to main() (and for a server to its first answer to the recipe's readiness probe), "
-                  "with the wall time under TCG beside them; and the least memory (-m, MiB) at which the "
-                  "application passes its smoke test, by bisection (docs/results-boot.md).",
-                  ("ukl bench boot --apps hello --configs linux,base --icount",
-                   "ukl bench boot --apps examples/hello/hello.c,redis --icount --no-memory --boots pc,pc-direct",
-                   "ukl bench boot --from-json a.json --from-json b.json --markdown out/boot.md"))
+                     "Build each application for each configuration and measure: the image's bytes (bzImage, "
+                     "initramfs) and vmlinux's text/data/bss; the guest time and instructions from the kernel's first "
+                     "instruction to main() (and for a server to its first answer to the recipe's readiness probe), "
+                     "with the wall time under TCG beside them; and the least memory (-m, MiB) at which the "
+                     "application passes its smoke test, by bisection (docs/results-boot.md).",
+                     ("ukl bench boot --apps hello --configs linux,base --icount",
+                      "ukl bench boot --apps examples/hello/hello.c,redis --icount --no-memory --boots pc,pc-direct",
+                      "ukl bench boot --from-json a.json --from-json b.json --markdown out/boot.md"))
     bb.add_argument("--apps", default="hello", metavar="LIST",
                     help="comma-separated recipe names, directories or C files (default hello)")
     configs_option(bb)

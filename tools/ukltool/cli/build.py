@@ -16,16 +16,16 @@ from ukltool.util.errors import UklError
 
 def build_parser(sub: argparse._SubParsersAction) -> None:
     b = add_command(sub, "build", "build an application and a kernel into a bootable directory",
-                 "INPUT is one of three kinds, and `ukl build` says which it took: C source files (one program); "
-                 "one project directory (CMakeLists.txt, a configure script or a Makefile, built with the UKL "
-                 "compilers); or the NAME of a recipe in apps/ (Debian's source package, pinned, built as the "
-                 "recipe says). An option that does not apply to the kind of input is refused. The result in "
-                 "OUTDIR is bootable with `ukl run` (bzImage, initramfs, manifest). --config linux builds an "
-                 "ordinary static binary on stock Linux (the baseline).",
-                 ("ukl build examples/hello/hello.c --config base -o out/hello",
-                  "ukl build path/to/project --config base --make-args 'NO_TLS=1' -o out/prog",
-                  "ukl build redis --config base --specialize -o out/redis",
-                  "ukl build examples/hello/hello.c --config base --perf -o out/hello-perf"), listed=False)
+                    "INPUT is one of three kinds, and `ukl build` says which it took: C source files (one program); "
+                    "one project directory (CMakeLists.txt, a configure script or a Makefile, built with the UKL "
+                    "compilers); or the NAME of a recipe in apps/ (Debian's source package, pinned, built as the "
+                    "recipe says). An option that does not apply to the kind of input is refused. The result in "
+                    "OUTDIR is bootable with `ukl run` (bzImage, initramfs, manifest). --config linux builds an "
+                    "ordinary static binary on stock Linux (the baseline).",
+                    ("ukl build examples/hello/hello.c --config base -o out/hello",
+                     "ukl build path/to/project --config base --make-args 'NO_TLS=1' -o out/prog",
+                     "ukl build redis --config base --specialize -o out/redis",
+                     "ukl build examples/hello/hello.c --config base --perf -o out/hello-perf"), listed=False)
     b.add_argument("sources", nargs="+", type=Path, metavar="INPUT",
                    help="C source files, a project directory, or the NAME of a recipe in apps/ "
                    f"({safe_list(recipes.names)})")

@@ -152,7 +152,7 @@ def wrap_text(text: str) -> str:
 
 
 def add_command(sub: argparse._SubParsersAction, name: str, short: str, long: str = "",
-             examples: tuple[str, ...] = (), listed: bool = True, **kw: object) -> argparse.ArgumentParser:
+                examples: tuple[str, ...] = (), listed: bool = True, **kw: object) -> argparse.ArgumentParser:
     """A command: SHORT in its parent's listing, SHORT and LONG as its
     description, EXAMPLES (command lines) as its epilog."""
     description = short[0].upper() + short[1:] + "." + (f"\n\n{long}" if long else "")
@@ -233,7 +233,7 @@ BENCH_SUITES = ("syscalls", "remote", "boot", "app")
 
 
 def tree_actions(sub: argparse._SubParsersAction, series: series_mod.Series, tree: Callable[[], Path],
-                  lock_name: str, command: str) -> None:
+                 lock_name: str, command: str) -> None:
     """tree, export and reset for a patched source tree (kernel or glibc),
     under the lock its builds hold."""
     what, patches = series.what, f"{series.patch_dir.parent.name}/{series.patch_dir.name}"
@@ -255,11 +255,11 @@ def tree_actions(sub: argparse._SubParsersAction, series: series_mod.Series, tre
             print(series_mod.reset(series, t))
 
     add_command(sub, "tree", f"apply {patches} and print the {what} tree's path (a git repository)",
-             examples=(f"cd $(ukl {command} tree)",)).set_defaults(func=show_tree)
+                examples=(f"cd $(ukl {command} tree)",)).set_defaults(func=show_tree)
     add_command(sub, "export", f"write the {what} tree's commits since 'pristine' to {patches}",
-             examples=(f"ukl {command} export",)).set_defaults(func=export)
+                examples=(f"ukl {command} export",)).set_defaults(func=export)
     add_command(sub, "reset", f"drop edits in the {what} tree and re-apply {patches}",
-             examples=(f"ukl {command} reset",)).set_defaults(func=reset)
+                examples=(f"ukl {command} reset",)).set_defaults(func=reset)
 
 
 def cmd_sources(a: argparse.Namespace) -> int:

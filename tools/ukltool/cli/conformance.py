@@ -25,17 +25,17 @@ from ukltool.util.errors import UklError
 def conformance_parser(sub: argparse._SubParsersAction) -> None:
     """`ukl conformance ltp` (ltp.py)."""
     cf = add_command(sub, "conformance", "suites written elsewhere (LTP), run under each configuration",
-                  "Suites of other projects, run under each configuration against linux's results.",
-                  ("ukl conformance ltp --configs linux,base",), listed=False)
+                     "Suites of other projects, run under each configuration against linux's results.",
+                     ("ukl conformance ltp --configs linux,base",), listed=False)
     cs = cf.add_subparsers(dest="ccmd", metavar="SUITE", required=True)
     lp = add_command(cs, "ltp", "LTP's system-call tests as UKL applications",
-                  "Build LTP's system-call tests (testcases/kernel/syscalls, the commit in tests/ltp/source.toml) "
-                  "into one program per configuration behind a dispatcher, boot it under each configuration "
-                  "running each test as its own process, and report TPASS, TFAIL, TBROK or TCONF per test (the "
-                  "worst it reported). A test that passes under linux and not under another configuration must be "
-                  "listed in tests/ltp/divergences.toml, or the command fails.",
-                  ("ukl conformance ltp --configs linux,base --tests getpid01,read01",
-                   "ukl conformance ltp --configs linux,base+byp --json out/ltp.json --markdown out/ltp.md"))
+                     "Build LTP's system-call tests (testcases/kernel/syscalls, the commit in tests/ltp/source.toml) "
+                     "into one program per configuration behind a dispatcher, boot it under each configuration "
+                     "running each test as its own process, and report TPASS, TFAIL, TBROK or TCONF per test (the "
+                     "worst it reported). A test that passes under linux and not under another configuration must be "
+                     "listed in tests/ltp/divergences.toml, or the command fails.",
+                     ("ukl conformance ltp --configs linux,base --tests getpid01,read01",
+                      "ukl conformance ltp --configs linux,base+byp --json out/ltp.json --markdown out/ltp.md"))
     configs_option(lp)
     lp.add_argument("--tests", default=ltp.DEFAULT_LIST, metavar="LIST",
                     help="comma-separated test names and lists of tests/ltp/ (default "

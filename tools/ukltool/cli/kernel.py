@@ -30,20 +30,20 @@ def cmd_configs(a: argparse.Namespace) -> None:
 
 def kernel_parser(sub: argparse._SubParsersAction) -> None:
     k = add_command(sub, "kernel", "the kernel tree and patch series",
-                 "Work on the patched kernel tree in the cache (docs/dev/kernel.md).",
-                 ("ukl kernel tree", "ukl kernel build --config base", "ukl kernel export"), listed=False)
+                    "Work on the patched kernel tree in the cache (docs/dev/kernel.md).",
+                    ("ukl kernel tree", "ukl kernel build --config base", "ukl kernel export"), listed=False)
     ks = k.add_subparsers(dest="kcmd", metavar="ACTION", required=True)
     tree_actions(ks, kernel.SERIES, lambda: sources.linux_tree()[1], kernel.TREE_LOCK, "kernel")
     kb = add_command(ks, "build", "build a kernel configuration and print its bzImage",
-                  examples=("ukl kernel build --config base",))
+                     examples=("ukl kernel build --config base",))
     kb.add_argument("--config", default="linux", metavar="NAME", help="kernel configuration (default linux)")
     kb.set_defaults(func=cmd_kernel_build)
     add_command(ks, "checkpatch", "run scripts/checkpatch.pl --strict on every patch",
-             examples=("ukl kernel checkpatch",)).set_defaults(func=lambda a: kernel.checkpatch())
+                examples=("ukl kernel checkpatch",)).set_defaults(func=lambda a: kernel.checkpatch())
     kp = add_command(ks, "build-prefixes", "build vmlinux after every patch of the series (bisectability)",
-                  "Commit kernel/patches onto the pristine tree and build vmlinux at every prefix of the series, "
-                  "in a work tree and build directory of their own. Long: one kernel build per patch, mostly "
-                  "incremental.", ("ukl kernel build-prefixes --config base --from 30",))
+                     "Commit kernel/patches onto the pristine tree and build vmlinux at every prefix of the series, "
+                     "in a work tree and build directory of their own. Long: one kernel build per patch, mostly "
+                     "incremental.", ("ukl kernel build-prefixes --config base --from 30",))
     kp.add_argument("--config", default="base", metavar="NAME", help="kernel configuration (default base)")
     kp.add_argument("--from", dest="first", type=count_arg, default=1, metavar="N",
                     help="start with the prefix of N patches (default 1)")

@@ -16,17 +16,17 @@ from ukltool.util import ui
 
 def libc_parser(sub: argparse._SubParsersAction) -> None:
     lb = add_command(sub, "libc", "the glibc port: its tree, patches and glibc's own tests",
-                  "Work on the glibc port (libc/) and run glibc's tests in ring 0 (docs/design/glibc-port.md).",
-                  ("ukl libc build", "ukl libc tests --tests tst-atexit,tst-cleanup0"), listed=False)
+                     "Work on the glibc port (libc/) and run glibc's tests in ring 0 (docs/design/glibc-port.md).",
+                     ("ukl libc build", "ukl libc tests --tests tst-atexit,tst-cleanup0"), listed=False)
     ls_ = lb.add_subparsers(dest="lcmd", metavar="ACTION", required=True)
     add_command(ls_, "build", "build glibc for UKL (incremental) and print its build directory",
-             examples=("ukl libc build",)).set_defaults(func=lambda a: print(libc.build().objdir))
+                examples=("ukl libc build",)).set_defaults(func=lambda a: print(libc.build().objdir))
     tree_actions(ls_, libc.SERIES, lambda: sources.glibc_tree()[1], libc.TREE_LOCK, "libc")
     lt = add_command(ls_, "tests", "run a selection of glibc's own tests linked into the kernel",
-                  "Build glibc's tests (listed in tools/ukltool/apps/glibctests.py) into one UKL image, run each "
-                  "in its own boot under --config base, and report pass/fail per test.",
-                  ("ukl libc tests", "ukl libc tests --tests tst-atexit --logs out/gt",
-                   "ukl libc tests --markdown docs/glibc-tests.md"))
+                     "Build glibc's tests (listed in tools/ukltool/apps/glibctests.py) into one UKL image, run each "
+                     "in its own boot under --config base, and report pass/fail per test.",
+                     ("ukl libc tests", "ukl libc tests --tests tst-atexit --logs out/gt",
+                      "ukl libc tests --markdown docs/glibc-tests.md"))
     lt.add_argument("--tests", type=list_arg, default=None, metavar="LIST",
                     help="comma-separated: run only these tests")
     lt.add_argument("--only", nargs="+", dest="tests", action=Deprecated, use="--tests A,B",

@@ -13,14 +13,14 @@ from ukltool.util.errors import UklError
 
 def pkg_parser(sub: argparse._SubParsersAction) -> None:
     pk = add_command(sub, "pkg", "package a build result: an OCI image for containerd/urunc, or Firecracker",
-                  "Package OUTDIR (a `ukl build` result) as an OCI image archive that containerd imports (`ctr "
-                  "image import FILE.tar`) and runs with the urunc runtime: one layer with the kernel, the "
-                  "initramfs and /urunc.json; the application's arguments, environment and ports in the image "
-                  "configuration. The same OUTDIR gives the same archive, byte for byte. docs/deploy.md shows the "
-                  "way to `ctr run` and Kubernetes.",
-                  ("ukl pkg out/hello --oci hello.tar",
-                   "ukl pkg out/redis --oci redis.tar --tag docker.io/library/redis:latest",
-                   "ukl pkg out/hello --firecracker out/hello-fc"), listed=False)
+                     "Package OUTDIR (a `ukl build` result) as an OCI image archive that containerd imports (`ctr "
+                     "image import FILE.tar`) and runs with the urunc runtime: one layer with the kernel, the "
+                     "initramfs and /urunc.json; the application's arguments, environment and ports in the image "
+                     "configuration. The same OUTDIR gives the same archive, byte for byte. docs/deploy.md shows the "
+                     "way to `ctr run` and Kubernetes.",
+                     ("ukl pkg out/hello --oci hello.tar",
+                      "ukl pkg out/redis --oci redis.tar --tag docker.io/library/redis:latest",
+                      "ukl pkg out/hello --firecracker out/hello-fc"), listed=False)
     pk.add_argument("outdir", type=Path, metavar="OUTDIR")
     pk.add_argument("--oci", type=Path, metavar="FILE.tar",
                     help="write an OCI image layout archive (a device or FIFO is written into, not replaced)")

@@ -36,13 +36,13 @@ def run_smp(smp: int | None, icount: bool) -> int:
 
 def run_parser(sub: argparse._SubParsersAction) -> None:
     r = add_command(sub, "run", "boot a build result in QEMU",
-                 "Boot OUTDIR in QEMU, show the application's output and exit with its status. The application's "
-                 "arguments follow `--`.\n\n" + EPILOG_RUN,
-                 ("ukl run out/hello -- x y",
-                  "ukl run out/redis --forward 6379:6379 --timeout 3600",
-                  "ukl run out/us --sh 'ps; $UKL_APP x y'",
-                  "ukl run out/hello --machine microvm --direct --pid1 -- x y",
-                  "ukl run out/hello --machine microvm --direct --pid1 --no-initramfs"), listed=False)
+                    "Boot OUTDIR in QEMU, show the application's output and exit with its status. The application's "
+                    "arguments follow `--`.\n\n" + EPILOG_RUN,
+                    ("ukl run out/hello -- x y",
+                     "ukl run out/redis --forward 6379:6379 --timeout 3600",
+                     "ukl run out/us --sh 'ps; $UKL_APP x y'",
+                     "ukl run out/hello --machine microvm --direct --pid1 -- x y",
+                     "ukl run out/hello --machine microvm --direct --pid1 --no-initramfs"), listed=False)
     r.add_argument("outdir", type=Path, metavar="OUTDIR")
     timeout_option(r, 120.0)
     icount_option(r)
