@@ -63,14 +63,14 @@ results-apps: setup
 # of the program alone; the recipes' images carry busybox for their smoke tests.
 .PHONY: results-boot
 results-boot: setup
-	./ukl bench boot --apps examples/hello/hello.c,redis,nginx,memcached,sqlite3 --configs linux,base --icount \
+	./ukl bench boot examples/hello/hello.c redis nginx memcached sqlite3 --configs linux,base --icount \
 		--specialize --markdown docs/results-boot.md --json docs/results-boot.json --plot docs/results-boot.png
 
 # Each boot saving on its own (no_timer_check, noapictimer, pmtmr=0, direct boot
 # through the PVH entry, -M microvm), without the memory bisection.
 .PHONY: results-boot-methods
 results-boot-methods: setup
-	./ukl bench boot --apps examples/hello/hello.c,redis --configs linux,base --icount --no-memory \
+	./ukl bench boot examples/hello/hello.c redis --configs linux,base --icount --no-memory \
 		--boots pc-plain,pc-no_timer_check,pc-noapictimer,pc-trust_cpu,pc-pmtmr,pc-noapictimer-pmtmr,pc,pc-direct,microvm-direct,microvm-direct-pid1,microvm-direct-bare \
 		--markdown docs/results-boot-methods.md --json docs/results-boot-methods.json
 
@@ -78,7 +78,7 @@ results-boot-methods: setup
 # against the decompressor's instructions.
 .PHONY: results-boot-compression
 results-boot-compression: setup
-	./ukl bench boot --apps examples/hello/hello.c,redis --configs base --icount --no-memory \
+	./ukl bench boot examples/hello/hello.c redis --configs base --icount --no-memory \
 		--compressions lz4,gzip,zstd,xz --boots pc \
 		--markdown docs/results-boot-compression.md --json docs/results-boot-compression.json
 
@@ -86,9 +86,9 @@ results-boot-compression: setup
 # and specialized (docs/results-boot-optimize.md).
 .PHONY: results-boot-optimize
 results-boot-optimize: setup
-	./ukl bench boot --apps examples/hello/hello.c,redis --configs base --specialize --icount --no-memory \
+	./ukl bench boot examples/hello/hello.c redis --configs base --specialize --icount --no-memory \
 		--json out/results-boot-O2.json
-	./ukl bench boot --apps examples/hello/hello.c,redis --configs base --specialize --icount --no-memory \
+	./ukl bench boot examples/hello/hello.c redis --configs base --specialize --icount --no-memory \
 		--optimize size --json out/results-boot-Os.json
 	./ukl bench boot --from-json out/results-boot-O2.json --from-json out/results-boot-Os.json \
 		--markdown docs/results-boot-optimize.md --json docs/results-boot-optimize.json
@@ -98,9 +98,9 @@ results-boot-optimize: setup
 # booted direct, with 1 GiB (ukl run's) and 128 MiB (docs/design/boot-time.md).
 .PHONY: results-boot-profile
 results-boot-profile: setup
-	./ukl bench boot --apps examples/hello/hello.c,redis --configs base --specialize --icount --no-memory \
+	./ukl bench boot examples/hello/hello.c redis --configs base --specialize --icount --no-memory \
 		--boots pc-direct --by-function --json out/results-boot-profile-1024.json
-	./ukl bench boot --apps examples/hello/hello.c,redis --configs base --specialize --icount --no-memory \
+	./ukl bench boot examples/hello/hello.c redis --configs base --specialize --icount --no-memory \
 		--boots pc-direct --by-function --memory 128 --json out/results-boot-profile-128.json
 	./ukl bench boot --from-json out/results-boot-profile-1024.json --from-json out/results-boot-profile-128.json \
 		--markdown docs/results-boot-profile.md --json docs/results-boot-profile.json

@@ -277,10 +277,10 @@ def test_table_and_plot(tmp_path):
 
 
 def test_cli_reports_bad_input_without_a_traceback(capsys, tmp_path):
-    assert cli.main(["bench", "boot", "--apps", "no-such-app", "--configs", "linux"]) == 2
+    assert cli.main(["bench", "boot", "no-such-app", "--configs", "linux"]) == 2
     err = capsys.readouterr().err
     assert "neither a file, a directory nor a recipe" in err and "Traceback" not in err
-    assert cli.main(["bench", "boot", "--apps", "hello", "--configs", "no-such-config"]) == 2
+    assert cli.main(["bench", "boot", "hello", "--configs", "no-such-config"]) == 2
     assert "Traceback" not in capsys.readouterr().err
     assert cli.main(["bench", "boot", "--memory-range", "9:8"]) == 2
     assert "--memory-range" in capsys.readouterr().err

@@ -88,8 +88,13 @@ def test_shared_options_have_one_help_text():
 
 
 def test_function_profiles_have_one_name():
-    ns = parse(["bench", "syscalls", "--icount", "--by-function", "getppid,read:1"])
-    assert ns.by_function == "getppid,read:1"
+    # a switch everywhere; bench syscalls' points are --points'
+    ns = parse(["bench", "syscalls", "--icount", "--by-function", "--points", "getppid,read:1"])
+    assert ns.by_function is True and ns.points == "getppid,read:1"
+    ns = parse(["bench", "syscalls", "--icount", "--by-function"])
+    assert ns.by_function is True and ns.points is None
+    ns = parse(["bench", "boot", "--icount", "--by-function"])
+    assert ns.by_function is True
     ns = parse(["bench", "app", "redis", "--icount", "--by-function"])
     assert ns.by_function is True and ns.names == ["redis"]
     ns = parse(["conformance", "ltp", "--test-timeout", "30"])
@@ -101,7 +106,12 @@ def test_function_profiles_have_one_name():
     (["bench", "apps", "--icount"], "`ukl bench app`", {"bcmd": "app", "names": []}),
     (["bench", "apps", "--only", "redis,memcached"], "`ukl bench app NAME...`",
      {"names": [], "only_old": ["redis", "memcached"]}),
-    (["bench", "syscalls", "--icount", "--profile", "getppid"], "--by-function", {"by_function": "getppid"}),
+    (["bench", "syscalls", "--icount", "--profile", "getppid"], "--by-function --points",
+     {"by_function": True, "points": "getppid"}),
+    (["bench", "syscalls", "--icount", "--by-function", "getppid"], "--by-function --points getppid",
+     {"by_function": True, "points": "getppid"}),
+    (["bench", "boot", "--apps", "hello,redis"], "`ukl bench boot APP...`", {"apps_old": ["hello", "redis"]}),
+    (["conformance", "ltp", "-o", "x"], "--logs DIR", {"logs": Path("x")}),
     (["bench", "app", "redis", "--icount", "--profile"], "--by-function", {"by_function": True}),
     (["bench", "redis", "--profile"], "--by-function", {"by_function": True, "names": ["redis"]}),
     (["libc", "tests", "--only", "tst-a", "tst-b"], "--tests A,B", {"tests": ["tst-a", "tst-b"]}),
@@ -119,7 +129,9 @@ def test_old_spellings_still_work_and_warn(capsys, old, new, want):
 
 def test_new_spellings_do_not_warn(capsys):
     for argv in (["bench", "app", "redis", "memcached", "--icount"], ["libc", "tests", "--tests", "tst-a,tst-b"],
-                 ["apptest", "redis", "--units", "unit/a,unit/b"], ["bench", "syscalls", "--by-function", "getppid"]):
+                 ["apptest", "redis", "--units", "unit/a,unit/b"],
+                 ["bench", "syscalls", "--by-function", "--points", "getppid"],
+                 ["bench", "boot", "hello", "redis"], ["conformance", "ltp", "--logs", "x"]):
         parse(argv)
     assert capsys.readouterr().err == ""
     assert parse(["libc", "tests", "--tests", "tst-a,tst-b"]).tests == ["tst-a", "tst-b"]

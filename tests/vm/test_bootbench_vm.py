@@ -25,7 +25,7 @@ def bss_cleared(image, ukl: bool) -> int:
 
 def test_boot_benchmark_of_hello(tmp_path):
     out = tmp_path / "boot.json"
-    res = ukl("bench", "boot", "--apps", "examples/hello/hello.c", "--configs", "linux,base", "--icount",
+    res = ukl("bench", "boot", "examples/hello/hello.c", "--configs", "linux,base", "--icount",
               "--repeat", "2", "--memory-range", "16:256", "--memory-steps", "2", "--json", out,
               "--markdown", tmp_path / "boot.md", "--plot", tmp_path / "boot.png", "--by-function")
     assert res.returncode == 0, res.stdout + res.stderr
@@ -93,7 +93,7 @@ def test_boot_methods_each_measured(tmp_path):
     out = tmp_path / "boots.json"
     methods = ["pc-plain", "pc-noapictimer", "pc-noapictimer-pmtmr", "pc", "pc-direct", "microvm-direct",
                "microvm-direct-pid1", "microvm-direct-bare"]
-    res = ukl("bench", "boot", "--apps", "examples/hello/hello.c", "--configs", "base", "--icount",
+    res = ukl("bench", "boot", "examples/hello/hello.c", "--configs", "base", "--icount",
               "--boots", ",".join(methods), "--no-memory", "--json", out)
     assert res.returncode == 0, res.stdout + res.stderr
     rows = {r["boot"]: r for r in json.loads(out.read_text())["rows"]}
@@ -132,7 +132,7 @@ def test_kernel_compressions_each_measured(tmp_path):
     (LZ4 the fastest, xz the smallest); after it, the kernel is the same;
     direct boot is skipped for a kernel it cannot take out."""
     out = tmp_path / "compressions.json"
-    res = ukl("bench", "boot", "--apps", "examples/hello/hello.c", "--configs", "base", "--icount",
+    res = ukl("bench", "boot", "examples/hello/hello.c", "--configs", "base", "--icount",
               "--compressions", "lz4,gzip,xz", "--boots", "pc,pc-direct", "--no-memory", "--json", out)
     assert res.returncode == 0, res.stdout + res.stderr
     rows = json.loads(out.read_text())["rows"]

@@ -239,7 +239,7 @@ def markdown(report: Report, plot: Path | None) -> str:
         spec = ",".join(f"{op}:{size}" if size else op for op, size in report.profiled)
         out += [insnprofile.markdown(report.profiled, report.profiles, report.configs,
                                      f"./ukl bench syscalls --configs {','.join(report.configs)} --icount "
-                                     f"--by-function {spec}"), ""]
+                                     f"--by-function --points {spec}"), ""]
     return "\n".join(out)
 
 

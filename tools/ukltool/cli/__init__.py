@@ -39,7 +39,14 @@ GROUPS = (("build and run", ("build", "run", "pkg", "configs")),
 
 def old_spellings(argv: list[str]) -> list[str]:
     """Old command spellings, rewritten to the new ones with a warning:
-    `ukl bench apps` and `ukl bench NAME` are `ukl bench app [NAME]`."""
+    `ukl bench apps` and `ukl bench NAME` are `ukl bench app [NAME]`;
+    `ukl bench syscalls --by-function OP,...` (a list there, a switch in the
+    other benchmarks) is `--by-function --points OP,...`."""
+    if argv[:2] == ["bench", "syscalls"] and "--by-function" in argv:
+        i = argv.index("--by-function")
+        if i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            deprecated(f"--by-function {argv[i + 1]}", f"--by-function --points {argv[i + 1]}")
+            return [*argv[:i + 1], "--points", *argv[i + 1:]]
     if len(argv) >= 2 and argv[0] == "bench" and not argv[1].startswith("-") and argv[1] not in BENCH_SUITES:
         old = argv[1]
         if old == "apps":

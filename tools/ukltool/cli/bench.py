@@ -26,6 +26,16 @@ from ukltool.plugin import cyclemodel
 from ukltool.util import ui
 from ukltool.util.errors import UklError
 
+DEFAULT_POINTS = "getppid,read:1"
+REPEAT_HELP = ("boot each image N times, the configurations interleaved, and report the median run (default 1; "
+               "the JSON keeps every run)")
+
+
+def _old_profile(ns: argparse.Namespace, value: object) -> bool:
+    """`bench syscalls --profile OP,...`: the points, and --by-function."""
+    ns.points = value
+    return True
+
 
 def bench_parser(sub: argparse._SubParsersAction) -> None:
     bn = add_command(sub, "bench", "benchmarks comparing configurations",
@@ -33,22 +43,25 @@ def bench_parser(sub: argparse._SubParsersAction) -> None:
                      "configurations and profiles of --configs, the first without UKL the baseline.",
                      ("ukl bench syscalls --configs linux,base,base+byp --icount",
                       "ukl bench app redis --configs linux,base --icount",
-                      "ukl bench boot --apps hello --configs linux,base --icount"), listed=False)
+                      "ukl bench boot hello --configs linux,base --icount"), listed=False)
     bs = bn.add_subparsers(dest="bcmd", metavar="SUITE", required=True)
     sc = add_command(bs, "syscalls", "LEBench-style system call and page fault latencies",
                      "Build bench/lebench.c for each configuration, boot each, and compare the medians against the "
                      "first configuration without UKL (default linux).",
                      ("ukl bench syscalls --configs linux,base --icount --quick",
-                      "ukl bench syscalls --configs linux,base+byp --icount --by-function getppid,read:1",
+                      "ukl bench syscalls --configs linux,base+byp --icount --by-function --points getppid,read:1",
                       "ukl bench syscalls --from-json docs/results.json --markdown out/results.md"))
     configs_option(sc)
     icount_option(sc)
     sc.add_argument("--quick", action="store_true", help="1,000 iterations and 3 sizes (for tests)")
     model_arguments(sc, "the instructions")
-    sc.add_argument("--by-function", metavar="OP[:BYTES],...",
-                    help="with --icount: also show where these points' instructions go, by kernel function "
-                    "(e.g. getppid,read:1), counted by our QEMU plugin")
-    sc.add_argument("--profile", dest="by_function", action=Deprecated, use="--by-function OP[:BYTES],...")
+    sc.add_argument("--by-function", action="store_true",
+                    help="with --icount: also show where the instructions of the --points go, by kernel function, "
+                    "counted by our QEMU plugin")
+    sc.add_argument("--points", metavar="OP[:BYTES],...",
+                    help=f"the points --by-function profiles (default {DEFAULT_POINTS})")
+    sc.add_argument("--profile", dest="by_function", action=Deprecated, use="--by-function --points OP[:BYTES],...",
+                    convert=_old_profile)
     timeout_option(sc, 1800.0)
     report_options(sc, plot=True)
     sc.set_defaults(func=cmd_bench)
@@ -60,8 +73,7 @@ def bench_parser(sub: argparse._SubParsersAction) -> None:
                      ("ukl bench remote --quick",
                       "ukl bench remote --json out/remote.json --markdown out/remote.md --plot out/remote.png"))
     rb.add_argument("--quick", action="store_true", help="few batches and short jitter runs (for tests)")
-    rb.add_argument("--repeat", type=count_arg, metavar="N",
-                    help="boot each guest N times, interleaved; report the median run (default 3; 1 with --quick)")
+    rb.add_argument("--repeat", type=count_arg, default=1, metavar="N", help=REPEAT_HELP)
     timeout_option(rb, 1800.0)
     report_options(rb, plot=True)
     rb.set_defaults(func=cmd_bench_remote)
@@ -90,8 +102,7 @@ def _bench_app_parser(bs: argparse._SubParsersAction) -> None:
                     help="guest: bench/appload.c beside the server (default); host: redis-benchmark, "
                     "memcaslap, ab and wrk on the host, in a private network namespace with a tap device "
                     "(needs root), in wall-clock time")
-    ap.add_argument("--repeat", type=count_arg, default=1, metavar="N",
-                    help="boot each configuration N times, interleaved; report medians (default 1)")
+    ap.add_argument("--repeat", type=count_arg, default=1, metavar="N", help=REPEAT_HELP)
     timeout_option(ap, 1800.0)
     g = ap.add_argument_group("in-guest load only (--clients guest)")
     icount_option(g)
@@ -114,18 +125,19 @@ def _bench_boot_parser(bs: argparse._SubParsersAction) -> None:
                      "instruction to main() (and for a server to its first answer to the recipe's readiness probe), "
                      "with the wall time under TCG beside them; and the least memory (-m, MiB) at which the "
                      "application passes its smoke test, by bisection (docs/results-boot.md).",
-                     ("ukl bench boot --apps hello --configs linux,base --icount",
-                      "ukl bench boot --apps examples/hello/hello.c,redis --icount --no-memory --boots pc,pc-direct",
+                     ("ukl bench boot hello --configs linux,base --icount",
+                      "ukl bench boot examples/hello/hello.c redis --icount --no-memory --boots pc,pc-direct",
                       "ukl bench boot --from-json a.json --from-json b.json --markdown out/boot.md"))
-    bb.add_argument("--apps", default="hello", metavar="LIST",
-                    help="comma-separated recipe names, directories or C files (default hello)")
+    bb.add_argument("names", nargs="*", metavar="APP",
+                    help="recipe names, project directories or C files, as `ukl build` takes them (default hello)")
+    bb.add_argument("--apps", dest="apps_old", action=Deprecated, use="`ukl bench boot APP...`", type=list_arg,
+                    default=[])
     configs_option(bb)
     icount_option(bb)
     bb.add_argument("--specialize", action="store_true",
                     help="after each configuration's row, one for the kernel specialized from it to the application "
                     "(`ukl build --specialize`; specialized: true in the JSON)")
-    bb.add_argument("--repeat", type=count_arg, default=1, metavar="N",
-                    help="boot each image N times to main() (default 1); each run's instructions are kept")
+    bb.add_argument("--repeat", type=count_arg, default=1, metavar="N", help=REPEAT_HELP)
     bb.add_argument("--memory", type=count_arg, default=bootbench.MEASURE_MEMORY, metavar="MIB",
                     help=f"-m of the boot measurement (default {bootbench.MEASURE_MEMORY})")
     bb.add_argument("--memory-range", default="{}:{}".format(*bootbench.MEMORY_RANGE), metavar="LO:HI",
@@ -154,7 +166,9 @@ def _bench_boot_parser(bs: argparse._SubParsersAction) -> None:
 def cmd_bench(a: argparse.Namespace) -> int:
     configs = configs_arg(a.configs)
     model_cpu = cyclemodel.cpu_choice(a.model, a.cpu)
-    points = syscalls.profile_points(a.by_function) if a.by_function else None
+    if a.points and not a.by_function:
+        raise UklError("--points chooses what --by-function profiles", "add --by-function")
+    points = syscalls.profile_points(a.points or DEFAULT_POINTS) if a.by_function else None
     if points and a.from_json:
         raise UklError("--by-function runs the benchmark; it does not apply to --from-json",
                        "the profiles saved in the file are shown anyway")
@@ -188,7 +202,8 @@ def cmd_bench_boot(a: argparse.Namespace) -> int:
         cyclemodel.check_icount(a.icount, None, a.by_function)
         if a.memory_steps < 0:
             raise UklError(f"--memory-steps {a.memory_steps}: must be 0 or more", "e.g. --memory-steps 6")
-        report = bootbench.run(bootbench.names(a.apps, "--apps"), bootbench.names(a.configs, "--configs"),
+        apps = [*a.names, *a.apps_old] or ["hello"]
+        report = bootbench.run(apps, bootbench.names(a.configs, "--configs"),
                                a.icount, a.repeat, bootbench.parse_range(a.memory_range), a.memory_steps,
                                a.timeout, a.memory, (lambda r: bootbench.save_json(r, a.json)) if a.json else None,
                                bootbench.boots(a.boots), not a.no_memory, a.specialize,
@@ -205,7 +220,7 @@ def cmd_bench_boot(a: argparse.Namespace) -> int:
 
 
 def cmd_bench_remote(a: argparse.Namespace) -> int:
-    repeat = a.repeat or (1 if a.quick else 3)
+    repeat = a.repeat
     if a.from_json:
         report = remotebench.load_json(one_file(a.from_json, "ukl bench remote"))
     else:

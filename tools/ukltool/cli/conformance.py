@@ -45,8 +45,10 @@ def conformance_parser(sub: argparse._SubParsersAction) -> None:
     lp.add_argument("--test-timeout", type=positive_arg, default=ltp.DEFAULT_TIMEOUT, metavar="S",
                     help=f"seconds each test may take, inside the guest (default {ltp.DEFAULT_TIMEOUT:.0f})")
     lp.add_argument("--timeout", type=positive_arg, dest="test_timeout", action=Deprecated, use="--test-timeout S")
-    lp.add_argument("-o", "--output", type=Path, default=Path("out/ltp"), metavar="DIR",
-                    help="images and console logs (default out/ltp)")
+    lp.add_argument("--logs", type=Path, default=Path("out/ltp"), metavar="DIR",
+                    help="the suite's images and each boot's console log (default out/ltp)")
+    # -o names an image's directory in `ukl build`; here it meant the logs
+    lp.add_argument("-o", "--output", dest="logs", type=Path, action=Deprecated, use="--logs DIR")
     report_options(lp)
     lp.set_defaults(func=cmd_conformance_ltp)
 
@@ -60,7 +62,7 @@ def cmd_conformance_ltp(a: argparse.Namespace) -> int:
     if a.from_json:
         outcomes = [o for f in a.from_json for o in ltp.load_json(f) if o.config in configs]
     else:
-        outcomes = ltp.run_all(configs, ltp.selection(a.tests), a.output, a.batch, a.test_timeout)
+        outcomes = ltp.run_all(configs, ltp.selection(a.tests), a.logs, a.batch, a.test_timeout)
     table = Table("test", *configs, "divergence", title="LTP system-call tests")
     for test, row in ltp.by_test(outcomes).items():
         notes = [f"{o.config}: {d.kind}" if (d := ltp.explanation(test, o.config, divergences)) else
@@ -78,7 +80,7 @@ def cmd_conformance_ltp(a: argparse.Namespace) -> int:
     if bad:
         ui.err.print("ukl: pass under linux, not under: " + ", ".join(f"{o.test} ({o.config} {o.result})"
                                                                       for o in bad), markup=False)
-        ui.err.print(f"  hint: explain each in {ltp.DIVERGENCES_FILE} or fix it; logs in {a.output / 'logs'}",
+        ui.err.print(f"  hint: explain each in {ltp.DIVERGENCES_FILE} or fix it; logs in {a.logs / 'logs'}",
                      markup=False)
         return 1
     return 0
