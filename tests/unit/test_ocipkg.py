@@ -92,7 +92,8 @@ def test_the_archive_is_an_oci_layout_with_urunc_settings(tmp_path):
                      "com.urunc.unikernel.binary": "/ukl/bzImage",
                      "com.urunc.unikernel.initrd": "/ukl/initramfs.cpio",
                      "com.urunc.unikernel.cmdline": "/init --port 6379 a b ",
-                     "com.urunc.unikernel.unikernelVersion": "", "com.urunc.unikernel.useDMBlock": "false"}
+                     "com.urunc.unikernel.unikernelVersion": "", "com.urunc.unikernel.useDMBlock": "false",
+                     "com.urunc.unikernel.exitStatus": "serial"}
     config = json.loads(pkg.config.data)["config"]
     assert config["Entrypoint"] == ["/init"] and config["Cmd"] == ["--port", "6379", "a b", ""]
     assert config["ExposedPorts"] == {"6379/tcp": {}} and "PATH=/bin:/sbin:/usr/bin:/usr/sbin" in config["Env"]

@@ -128,6 +128,10 @@ def urunc_values(hypervisor: str, args: list[str], initrd: bool) -> dict[str, st
     }
     if initrd:
         vals["initrd"] = INITRD
+        if hypervisor == "qemu":
+            # ukl-init writes "status N" on ttyS1: with urunc's patch
+            # (deploy/urunc/patches/0003) it is the container's status
+            vals["exitStatus"] = "serial"
     return {ANNOT + k: v for k, v in vals.items()}
 
 
