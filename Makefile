@@ -38,23 +38,23 @@ unit: setup
 # root), the servers under every profile.
 results-apps: setup
 	./ukl bench app --configs linux,base,base+ret+byp,base+ret+byp+shortcut --icount \
-		--markdown docs/results-apps.md --json docs/results-apps.json --plot docs/results-apps.png
+		--markdown docs/results/results-apps.md --json docs/results/results-apps.json --plot docs/results/results-apps.png
 	./ukl bench app redis --configs linux,base,base+ret+byp,base+ret+byp+shortcut --icount --by-function \
-		--markdown docs/results-apps-profile.md --json docs/results-apps-profile.json
-	./ukl bench app memcached --from-json docs/results-apps.json \
-		--markdown docs/results-apps-load.md --json docs/results-apps-load.json --plot docs/results-apps-load.png
+		--markdown docs/results/results-apps-profile.md --json docs/results/results-apps-profile.json
+	./ukl bench app memcached --from-json docs/results/results-apps.json \
+		--markdown docs/results/results-apps-load.md --json docs/results/results-apps-load.json --plot docs/results/results-apps-load.png
 	./ukl bench app --configs linux-mitigated,base-mitigated,base-mitigated+ret+byp,base-mitigated+ret+byp+shortcut \
-		--icount --model cycles --markdown docs/results-apps-mitigated.md --json docs/results-apps-mitigated.json \
-		--plot docs/results-apps-mitigated.png
+		--icount --model cycles --markdown docs/results/results-apps-mitigated.md --json docs/results/results-apps-mitigated.json \
+		--plot docs/results/results-apps-mitigated.png
 	./ukl bench app --clients host --configs linux,base --repeat 3 \
-		--markdown docs/results-apps-wall.md --json docs/results-apps-wall.json --plot docs/results-apps-wall.png
+		--markdown docs/results/results-apps-wall.md --json docs/results/results-apps-wall.json --plot docs/results/results-apps-wall.png
 	./ukl bench app redis redis-explicit --clients host \
-		--configs linux,base,base+ret+byp,base+ret+byp+shortcut --repeat 3 --markdown docs/results-apps-wall-profiles.md \
-		--json docs/results-apps-wall-profiles.json --plot docs/results-apps-wall-profiles.png
+		--configs linux,base,base+ret+byp,base+ret+byp+shortcut --repeat 3 --markdown docs/results/results-apps-wall-profiles.md \
+		--json docs/results/results-apps-wall-profiles.json --plot docs/results/results-apps-wall-profiles.png
 	./ukl bench app memcached nginx --clients host \
 		--configs linux,base,base+ret+byp,base+ret+byp+shortcut --repeat 3 \
-		--markdown docs/results-apps-wall-profiles-servers.md --json docs/results-apps-wall-profiles-servers.json \
-		--plot docs/results-apps-wall-profiles-servers.png
+		--markdown docs/results/results-apps-wall-profiles-servers.md --json docs/results/results-apps-wall-profiles-servers.json \
+		--plot docs/results/results-apps-wall-profiles-servers.png
 
 # Boot figures in docs/: image sizes, guest time from the kernel's first
 # instruction to main() (and a server's first answer) under -icount, and the
@@ -64,7 +64,7 @@ results-apps: setup
 .PHONY: results-boot
 results-boot: setup
 	./ukl bench boot examples/hello/hello.c redis nginx memcached sqlite3 --configs linux,base --icount \
-		--specialize --markdown docs/results-boot.md --json docs/results-boot.json --plot docs/results-boot.png
+		--specialize --markdown docs/results/results-boot.md --json docs/results/results-boot.json --plot docs/results/results-boot.png
 
 # Each boot saving on its own (no_timer_check, noapictimer, pmtmr=0, direct boot
 # through the PVH entry, -M microvm), without the memory bisection.
@@ -72,7 +72,7 @@ results-boot: setup
 results-boot-methods: setup
 	./ukl bench boot examples/hello/hello.c redis --configs linux,base --icount --no-memory \
 		--boots pc-plain,pc-no_timer_check,pc-noapictimer,pc-trust_cpu,pc-pmtmr,pc-noapictimer-pmtmr,pc,pc-direct,microvm-direct,microvm-direct-pid1,microvm-direct-bare \
-		--markdown docs/results-boot-methods.md --json docs/results-boot-methods.json
+		--markdown docs/results/results-boot-methods.md --json docs/results/results-boot-methods.json
 
 # Each kernel compression (kernel/configs/compression): the image's size
 # against the decompressor's instructions.
@@ -80,10 +80,10 @@ results-boot-methods: setup
 results-boot-compression: setup
 	./ukl bench boot examples/hello/hello.c redis --configs base --icount --no-memory \
 		--compressions lz4,gzip,zstd,xz --boots pc \
-		--markdown docs/results-boot-compression.md --json docs/results-boot-compression.json
+		--markdown docs/results/results-boot-compression.md --json docs/results/results-boot-compression.json
 
 # The kernel compiled with -Os against the configurations' -O2, general
-# and specialized (docs/results-boot-optimize.md).
+# and specialized (docs/results/results-boot-optimize.md).
 .PHONY: results-boot-optimize
 results-boot-optimize: setup
 	./ukl bench boot examples/hello/hello.c redis --configs base --specialize --icount --no-memory \
@@ -91,7 +91,7 @@ results-boot-optimize: setup
 	./ukl bench boot examples/hello/hello.c redis --configs base --specialize --icount --no-memory \
 		--optimize size --json out/results-boot-Os.json
 	./ukl bench boot --from-json out/results-boot-O2.json --from-json out/results-boot-Os.json \
-		--markdown docs/results-boot-optimize.md --json docs/results-boot-optimize.json
+		--markdown docs/results/results-boot-optimize.md --json docs/results/results-boot-optimize.json
 
 # Where the boot's instructions go, by function, from vmlinux's entry to
 # main() and the first reply: hello and Redis, general and specialized,
@@ -103,12 +103,44 @@ results-boot-profile: setup
 	./ukl bench boot examples/hello/hello.c redis --configs base --specialize --icount --no-memory \
 		--boots pc-direct --by-function --memory 128 --json out/results-boot-profile-128.json
 	./ukl bench boot --from-json out/results-boot-profile-1024.json --from-json out/results-boot-profile-128.json \
-		--markdown docs/results-boot-profile.md --json docs/results-boot-profile.json
+		--markdown docs/results/results-boot-profile.md --json docs/results/results-boot-profile.json
 
-# LTP's system-call tests as UKL applications (docs/conformance-ltp.md):
+# LTP's system-call tests as UKL applications (docs/results/conformance-ltp.md):
 # every test that passes under linux passes under each UKL profile or is
 # listed in tests/ltp/divergences.toml, or the command fails.
 .PHONY: results-conformance
 results-conformance: setup
 	./ukl conformance ltp --tests syscalls --configs linux,base,base-debug,base+ret+byp+shortcut \
-		--json docs/conformance-ltp.json --markdown docs/conformance-ltp.md
+		--json docs/results/conformance-ltp.json --markdown docs/results/conformance-ltp.md
+
+# System-call latencies (LEBench), on the plain and on the mitigated
+# kernels, with modelled cycles and the profiles by function
+# (docs/results/results.md, results-mitigated.md).
+.PHONY: results-syscalls
+results-syscalls: setup
+	./ukl bench syscalls --configs linux,base,base+byp,base+ret,base+ret+byp --icount --model cycles \
+		--by-function --points getppid,read:1,write:1 --json docs/results/results.json \
+		--plot docs/results/results.png --markdown docs/results/results.md
+	./ukl bench syscalls --configs linux-mitigated,base-mitigated,base-mitigated+byp,base-mitigated+ret,base-mitigated+ret+byp \
+		--icount --model cycles --json docs/results/results-mitigated.json --plot docs/results/results-mitigated.png \
+		--markdown docs/results/results-mitigated.md
+
+# Remote system calls against local ones (docs/results/results-remote.md).
+.PHONY: results-remote
+results-remote: setup
+	./ukl bench remote --repeat 3 --json docs/results/results-remote.json \
+		--markdown docs/results/results-remote.md --plot docs/results/results-remote.png
+
+# The applications' own test suites (root: Redis's whole suite needs a tap
+# device) and glibc's (docs/results/apptest-*.md, glibc-tests.md).
+.PHONY: results-suites
+results-suites: setup
+	./ukl apptest redis --configs linux,base --all --markdown docs/results/apptest-redis.md
+	./ukl apptest memcached --configs linux,base --markdown docs/results/apptest-memcached.md
+	./ukl apptest nginx --configs linux,base --markdown docs/results/apptest-nginx.md
+	./ukl libc tests --json docs/results/glibc-tests.json --markdown docs/results/glibc-tests.md
+
+# Every report of docs/results/ (hours under TCG).
+.PHONY: results
+results: results-syscalls results-remote results-apps results-boot results-boot-methods \
+	results-boot-compression results-boot-optimize results-boot-profile results-conformance results-suites

@@ -227,9 +227,9 @@ def test_cli_reports_saved_rows_and_fails_on_an_unexplained_divergence(tmp_path)
 
 
 def test_every_break_under_linux_in_the_report_has_a_reason():
-    """docs/conformance-ltp.md explains each TBROK under linux from
+    """docs/results/conformance-ltp.md explains each TBROK under linux from
     tests/ltp/environment.toml; a test named there is in the selection."""
-    outcomes = ltp.load_json(REPO / "docs" / "conformance-ltp.json")
+    outcomes = ltp.load_json(REPO / "docs" / "results" / "conformance-ltp.json")
     gaps = ltp.load_gaps()
     named = [t for g in gaps for t in g.tests]
     assert len(named) == len(set(named)) and all(g.reason for g in gaps)

@@ -86,7 +86,7 @@ def test_boot_benchmark_of_hello(tmp_path):
 
 
 def test_boot_methods_each_measured(tmp_path):
-    """The savings and direct boot (docs/results-boot.md's boot methods) on
+    """The savings and direct boot (docs/results/results-boot.md's boot methods) on
     one image: each boot reaches main() exactly, also with no initramfs; the savings only remove
     instructions; booted direct, nothing is decompressed, and the image's
     kernel bytes are the uncompressed kernel's."""

@@ -55,7 +55,7 @@ TESTS: list[tuple[str, str]] = [
 # variants in ring 0 and are worth running where KVM works.
 SLOW = ["test-strcmp", "test-strncmp", "test-memcpy", "test-memmove"]
 
-# Known failures and their causes (docs/glibc-tests.md shows them).
+# Known failures and their causes (docs/results/glibc-tests.md shows them).
 LOCALE = "needs the test locales (de_DE.UTF-8 etc.) that glibc's `make check` generates; the image has none"
 EXPLAINED: dict[str, str] = {
     "tst-sprintf": LOCALE, "tst-swprintf": LOCALE,
@@ -220,7 +220,7 @@ def markdown(outcomes: list[Outcome], glibc_version: str) -> str:
     n_uns = sum(o.verdict == "UNSUPPORTED" for o in outcomes)
     lines = [
         "# glibc's own tests, linked into the kernel", "",
-        reporting.generated_by("./ukl libc tests --markdown docs/glibc-tests.md"), "",
+        reporting.generated_by("./ukl libc tests --markdown docs/results/glibc-tests.md"), "",
         f"glibc {glibc_version} with our port (libc/), Linux 6.1 `--config base`: each test is compiled "
         "by glibc's makefiles with libc/ukl-gcc, linked with libsupport into one UKL application, and run "
         "in its own boot in ring 0. glibc's test driver runs as in `make check`: it forks the test (a "

@@ -304,7 +304,7 @@ def markdown(reports: list[AppReport], plot_file: Path | None = None, md_file: P
                   if model else "")
                + (f" --repeat {reports[0].runs}" if reports and reports[0].runs > 1 else "")
                + (" --by-function" if any(r.profiles for r in reports) else "")
-               + f" --markdown {shown(md_file) if md_file else 'docs/results-apps.md'}"), ""]
+               + f" --markdown {shown(md_file) if md_file else 'docs/results/results-apps.md'}"), ""]
     if reports:
         r0 = reports[0]
         out += [f"Machine: {r0.machine}. Accelerator: {r0.accel.upper()}, 1 vCPU"

@@ -3,7 +3,7 @@ application and configuration: the image's size, the guest time from the
 kernel's first instruction to the application's main() (and, for a server,
 to its first answer), and the least memory it runs its smoke test in.
 
-How boot time is measured (docs/results-boot.md says it for readers):
+How boot time is measured (docs/results/results-boot.md says it for readers):
 our QEMU plugin (tools/plugin/insnclass.c, at=...) records the guest
 instructions executed before the first execution of a chain of addresses:
 the kernel's real-mode setup entry (its first instruction: the firmware
@@ -72,7 +72,7 @@ class Boot:
     initramfs: bool = True  # False: the VMM loads none (PID 1 only; the kernel makes the application's file)
 
 
-# Each saving of docs/results-boot.md on its own, then together
+# Each saving of docs/results/results-boot.md on its own, then together
 BOOTS = {
     "pc-plain": Boot("pc", False, (), "-M pc, bzImage, no saving (the command line before them)"),
     "pc-no_timer_check": Boot("pc", False, ("no_timer_check",), "-M pc, bzImage, no_timer_check"),
@@ -1043,7 +1043,7 @@ METHOD = f"""* **Time origin: the kernel's first instruction**, the real-mode se
   memory. An image of a C file (`examples/hello/hello.c`) holds the program and init alone.
 * **Kernel compression**: each row's kernel compression is read from its bzImage. The configurations use
   LZ4 (the fastest decompressor); `ukl bench boot --compressions` measures the others
-  (docs/results-boot-compression.md).
+  (docs/results/results-boot-compression.md).
 * **Repeatability**: under `--icount` runs repeat exactly; with `--repeat N` a row is the median run (by
   instructions to `main()`), and each run's instruction count is kept (`runs_instructions` in the JSON)."""
 

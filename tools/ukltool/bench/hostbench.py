@@ -228,7 +228,7 @@ def markdown(reports: list[WallReport], runs_done: list[appbench.AppReport] | No
     configs = reports[0].configs if reports else runs_done[0].configs if runs_done else []
     runs = reports[0].runs if reports else runs_done[0].runs if runs_done else 1
     baseline = configs[0] if configs else BASELINE
-    md = appbench.shown(md_file) if md_file else "docs/results-apps-wall.md"
+    md = appbench.shown(md_file) if md_file else "docs/results/results-apps-wall.md"
     out = ["# Applications in wall-clock time: " + " vs ".join(configs), "",
            reporting.generated_by(f"./ukl bench app{' ' + ' '.join(only.split(',')) if only else ''} --clients host "
                                   f"--configs {','.join(configs)} --repeat {runs} --markdown {md}",

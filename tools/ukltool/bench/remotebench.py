@@ -262,7 +262,8 @@ def markdown(report: Report, plot_path: Path | None) -> str:
     head = [
         "# Remote system calls: null calls, file I/O and OS jitter",
         "",
-        reporting.generated_by("./ukl bench remote" + (" --quick" if report.quick else "")),
+        reporting.generated_by("./ukl bench remote" + (" --quick" if report.quick else "")
+                               + (f" --repeat {report.repeat}" if report.repeat > 1 else ""), "`make results-remote`"),
         "",
         f"Machine: {report.machine}. Kernels: {kern}. Guests: QEMU {report.accel.upper()}, {report.smp} vCPUs; "
         f"the `{REMOTE_CONFIG}` guest runs with `--remote` (the shadow process polls 1 ms after a polling "

@@ -227,7 +227,9 @@ def markdown(report: Report, plot: Path | None) -> str:
             summary.append(f"`{c}` against `{report.baseline}`: from {lo[0]:+.1f}% ({lo[1]} {lo[2] or ''}) "
                            f"to {hi[0]:+.1f}% ({hi[1]} {hi[2] or ''}) in the median.")
     out = ["# LEBench-style latencies: " + " vs ".join(report.configs), "", *summary, "",
-           reporting.generated_by("./ukl bench syscalls"), "",
+           reporting.generated_by(f"./ukl bench syscalls --configs {','.join(report.configs)}"
+                                  + (" --icount" if report.icount else "")
+                                  + (" --model cycles" if report.model else ""), "`make results-syscalls`"), "",
            f"Machine: {report.machine}.", "", f"Kernels: {kern}. C library: none (freestanding benchmark).",
            "", how, "", *lines, "", NOTES, ""]
     if report.model:

@@ -50,7 +50,7 @@ def bench_parser(sub: argparse._SubParsersAction) -> None:
                      "first configuration without UKL (default linux).",
                      ("ukl bench syscalls --configs linux,base --icount --quick",
                       "ukl bench syscalls --configs linux,base+byp --icount --by-function --points getppid,read:1",
-                      "ukl bench syscalls --from-json docs/results.json --markdown out/results.md"))
+                      "ukl bench syscalls --from-json docs/results/results.json --markdown out/results.md"))
     configs_option(sc)
     icount_option(sc)
     sc.add_argument("--quick", action="store_true", help="1,000 iterations and 3 sizes (for tests)")
@@ -69,7 +69,7 @@ def bench_parser(sub: argparse._SubParsersAction) -> None:
     rb = add_command(bs, "remote", "remote system calls: null calls, file I/O and OS jitter",
                      "Run bench/remote.c on the host, in a linux guest and in a base guest booted with --remote: a "
                      "null remote call polling and asleep against getppid, pread/pwrite of 1 B to 64 KiB on a host "
-                     "file against guest tmpfs, and OS jitter (docs/results-remote.md).",
+                     "file against guest tmpfs, and OS jitter (docs/results/results-remote.md).",
                      ("ukl bench remote --quick",
                       "ukl bench remote --json out/remote.json --markdown out/remote.md --plot out/remote.png"))
     rb.add_argument("--quick", action="store_true", help="few batches and short jitter runs (for tests)")
@@ -93,7 +93,7 @@ def _bench_app_parser(bs: argparse._SubParsersAction) -> None:
                       "ukl bench app --configs linux,base,base+ret+byp --icount --json out/apps.json",
                       "ukl bench app redis --icount --by-function --markdown out/redis.md",
                       "ukl bench app redis memcached --clients host --repeat 3",
-                      "ukl bench app memcached --from-json docs/results-apps.json --markdown out/m.md"))
+                      "ukl bench app memcached --from-json docs/results/results-apps.json --markdown out/m.md"))
     ap.add_argument("names", nargs="*", metavar="NAME",
                     help=f"recipes with a [bench] section ({safe_list(appbench.names)}), or with --clients host a "
                     f"[netbench] section ({safe_list(hostbench.names)}) or a run to completion (default: all of them)")
@@ -124,7 +124,7 @@ def _bench_boot_parser(bs: argparse._SubParsersAction) -> None:
                      "initramfs) and vmlinux's text/data/bss; the guest time and instructions from the kernel's first "
                      "instruction to main() (and for a server to its first answer to the recipe's readiness probe), "
                      "with the wall time under TCG beside them; and the least memory (-m, MiB) at which the "
-                     "application passes its smoke test, by bisection (docs/results-boot.md).",
+                     "application passes its smoke test, by bisection (docs/results/results-boot.md).",
                      ("ukl bench boot hello --configs linux,base --icount",
                       "ukl bench boot examples/hello/hello.c redis --icount --no-memory --boots pc,pc-direct",
                       "ukl bench boot --from-json a.json --from-json b.json --markdown out/boot.md"))

@@ -43,10 +43,11 @@ def build_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--compression", metavar="NAME",
                    help="compress the kernel with NAME instead of the configuration's LZ4 (one of: "
                    f"{safe_list(kernel.compressions)}; xz: the smallest image, the slowest decompression; "
-                   "docs/results-boot-compression.md)")
+                   "docs/results/results-boot-compression.md)")
     b.add_argument("--optimize", metavar="NAME",
                    help="compile the kernel for NAME instead of the configurations' -O2 (one of: "
-                   f"{safe_list(kernel.optimizations)}: -Os; its own build directory; docs/results-boot-optimize.md)")
+                   f"{safe_list(kernel.optimizations)}: -Os; its own build directory; "
+                   "docs/results/results-boot-optimize.md)")
     b.add_argument("--file", action="append", type=file_spec_arg, default=[], metavar="SRC:DEST",
                    help="add the host file SRC to the image as DEST (an absolute path; parents are created; "
                    "replaces what the image has there, e.g. /etc/passwd)")

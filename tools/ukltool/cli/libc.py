@@ -26,7 +26,7 @@ def libc_parser(sub: argparse._SubParsersAction) -> None:
                      "Build glibc's tests (listed in tools/ukltool/apps/glibctests.py) into one UKL image, run each "
                      "in its own boot under --config base, and report pass/fail per test.",
                      ("ukl libc tests", "ukl libc tests --tests tst-atexit --logs out/gt",
-                      "ukl libc tests --markdown docs/glibc-tests.md"))
+                      "ukl libc tests --markdown docs/results/glibc-tests.md"))
     lt.add_argument("--tests", type=list_arg, default=None, metavar="LIST",
                     help="comma-separated: run only these tests")
     lt.add_argument("--only", nargs="+", dest="tests", action=Deprecated, use="--tests A,B",

@@ -158,7 +158,7 @@ def choose_accel(qemu: str, probe_kernel: Path, forced: str | None = None) -> st
 MACHINES = ("pc", "microvm")
 
 # What the guest can be told instead of measuring or checking at boot
-# (docs/results-boot-methods.md measures each): the words, and when they apply.
+# (docs/results/results-boot-methods.md measures each): the words, and when they apply.
 #   no_timer_check: the IO-APIC timer check waits for timer ticks to see
 #     that the timer interrupt is routed; QEMU's routing is known good.
 #   noapictimer: the local APIC timer is calibrated against another clock
@@ -181,7 +181,7 @@ MACHINES = ("pc", "microvm")
 #     with noapictimer: the local APIC timer's calibration checks itself
 #     against the PM timer, and without one runs 100 ms more to check
 #     itself against the jiffies (apic.c) -- 104 ms of guest time more
-#     with pmtmr=0 alone, 4.5 ms less with both (docs/results-boot-methods.md).
+#     with pmtmr=0 alone, 4.5 ms less with both (docs/results/results-boot-methods.md).
 #     So not under microvm, which keeps the calibration.
 BOOT_SAVINGS = ("no_timer_check", "noapictimer", "random.trust_cpu=on", "pmtmr=0")
 
