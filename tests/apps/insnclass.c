@@ -1,6 +1,6 @@
 /*
  * insnclass: a known mix of classed instructions inside a measured region,
- * for tests/vm/test_cyclemodel_vm.py (the QEMU plugin tools/plugin/insnclass.c
+ * for tests/vm/test_cyclemodel_vm.py (the QEMU plugin tools/qemu-plugin/insnclass.c
  * must count exactly these). Freestanding; built for --config linux, where
  * it runs in ring 3 (so no CLI/STI, WRMSR, MOV to CR*: those fault there).
  *
@@ -9,7 +9,7 @@
  *                 XRSTOR ran, which needs CR4.OSXSAVE)
  */
 #include "../../runtime/freestanding.h"
-#include "../../bench/region.h"
+#include "../../guest/bench/region.h"
 
 #define REGION 7
 #define ROUNDS 10

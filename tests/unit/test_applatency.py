@@ -12,7 +12,7 @@ from ukltool.apps import recipes
 from ukltool.bench import appbench, applatency
 from ukltool.util.errors import UklError
 
-# What bench/appload.c printed against a memcached on the host
+# What guest/bench/appload.c printed against a memcached on the host
 LINE = "APPRATE memcache get 4000 4 20000 20423 20419 66864 377142 1192184 76208836 195897202"
 
 

@@ -1,4 +1,4 @@
-"""bench/appload.c `rate`, the open-loop load generator, run on the host
+"""guest/bench/appload.c `rate`, the open-loop load generator, run on the host
 against fake memcache servers on loopback (no VM): latencies run from the
 scheduled arrival, answers are matched to requests byte for byte, and a
 load far beyond what the server can take still ends."""

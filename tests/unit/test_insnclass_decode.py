@@ -1,4 +1,4 @@
-"""The plugin's instruction decoder (tools/plugin/insnclass.c), built alone
+"""The plugin's instruction decoder (tools/qemu-plugin/insnclass.c), built alone
 with the host compiler and called through ctypes on known encodings (as
 GNU as assembles them), and the plugin's build in the cache."""
 
@@ -151,13 +151,13 @@ def test_region_markers(decoder):
 
 
 def test_bench_region_h_emits_what_the_decoder_reads(tmp_path):
-    """bench/region.h's markers, assembled by the host compiler."""
+    """guest/bench/region.h's markers, assembled by the host compiler."""
     src = tmp_path / "m.c"
     src.write_text('#include "region.h"\n'
                    'void f(void) { REGION_BEGIN(7); REGION_END(7); region_select(3);\n'
                    '  __asm__ volatile(REGION_BEGIN_SELECTED REGION_END_OPEN); }\n')
     obj = tmp_path / "m.o"
-    subprocess.run(["gcc", "-O2", "-c", "-I", str(REPO / "bench"), "-o", str(obj), str(src)], check=True)
+    subprocess.run(["gcc", "-O2", "-c", "-I", str(REPO / "guest" / "bench"), "-o", str(obj), str(src)], check=True)
     text = subprocess.run(["objdump", "-d", str(obj)], capture_output=True, text=True, check=True).stdout
     for marker in ("0f 1f 80 07 00 4b 55", "0f 1f 80 07 40 4b 55", "0f 1f 80 00 c0 4b 55",
                    "0f 1f 80 01 c0 4b 55", "0f 1f 80 03 80 4b 55", "0f 1f 80 ff 81 4b 55"):

@@ -16,7 +16,7 @@ from ukltool.util.errors import UklError
 from ukltool.util.paths import PATCH_DIR, REPO
 from ukltool.util.proc import host_cc
 
-HEADER = REPO / "tools" / "remote" / "ukl_ring.h"
+HEADER = REPO / "tools" / "shadow" / "ukl_ring.h"
 PATCHED = "arch/x86/include/uapi/asm/ukl_ring.h"
 
 STRUCTS = {"ukl_ring_hdr": remote.RingHdr, "ukl_seg": remote.Seg, "ukl_slot": remote.Slot}
@@ -75,7 +75,7 @@ def test_ctypes_mirror_matches_the_c_layout(tmp_path):
 
 def test_kernel_patches_leave_the_same_header(tmp_path):
     """One patch adds the uapi header, later ones may change it: applied in
-    order, they give exactly tools/remote/ukl_ring.h."""
+    order, they give exactly tools/shadow/ukl_ring.h."""
     patches = sorted(PATCH_DIR.glob("*.patch"))
     touching = [p for p in patches if f"diff --git a/{PATCHED} b/{PATCHED}" in p.read_text(errors="replace")]
     assert touching, f"no patch in {PATCH_DIR} adds {PATCHED}"

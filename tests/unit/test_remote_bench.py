@@ -1,6 +1,6 @@
 """`ukl bench remote`'s pure logic (tools/ukltool/bench/remotebench.py): parsing
-bench/remote.c's output, the ratios and tables, Markdown and JSON; and
-bench/remote.c itself, run on the host, where remote calls give ENOSYS."""
+guest/bench/remote.c's output, the ratios and tables, Markdown and JSON; and
+guest/bench/remote.c itself, run on the host, where remote calls give ENOSYS."""
 
 from __future__ import annotations
 

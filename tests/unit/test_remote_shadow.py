@@ -1,4 +1,4 @@
-"""The remote-call shadow (tools/remote/ukl-shadow.c) on the host, with no
+"""The remote-call shadow (tools/shadow/ukl-shadow.c) on the host, with no
 VM: this test plays the guest. It maps the "guest RAM" and ring memfds of a
 remote.Shadow, puts requests in slots through the ctypes mirror of the ABI
 and checks the answers: file I/O in and out of RAM at guest-physical

@@ -62,7 +62,7 @@ def test_application_benchmark_counts_instructions_per_request(outdir):
     instructions per request, from the in-guest load generator, for both
     configurations (CI-sized); and the costly instructions the whole guest
     executes per request, which our QEMU plugin counts in the region
-    bench/appload.c marks around each load."""
+    guest/bench/appload.c marks around each load."""
     import json
     out = outdir / "bench-redis.json"
     res = ukl("bench", "app", "redis", "--configs", "linux,base", "--icount", "--model", "cycles", "--requests", "300",
@@ -171,7 +171,7 @@ def test_nginx_http_checks_pass_against_the_ukl_server(outdir):
 
 def test_memcached_latency_rises_with_offered_load(outdir):
     """`ukl bench app memcached --icount`: the recipe's open-loop loads (Poisson
-    arrivals at each offered rate, bench/appload.c `rate`) give p50 and p99
+    arrivals at each offered rate, guest/bench/appload.c `rate`) give p50 and p99
     latency in guest instructions under linux and under every option."""
     import json
     rates = recipes.load("memcached").bench.latency.rates

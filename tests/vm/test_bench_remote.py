@@ -1,4 +1,4 @@
-"""`ukl bench remote --quick` end to end (CI-sized): bench/remote.c on the
+"""`ukl bench remote --quick` end to end (CI-sized): guest/bench/remote.c on the
 host, in a linux guest and in a base guest with --remote; every row and
 jitter run is there, the report and the plot are written. Wall-clock
 values under TCG are noisy, so only what must hold in any run is asserted:

@@ -21,7 +21,7 @@ def parse(out: str) -> dict[str, float]:
 
 
 def test_clock_reads_cost_a_fraction_of_a_system_call(outdir):
-    out = build(REPO / "bench" / "clocks.c", "base", outdir / "clocks-base")
+    out = build(REPO / "guest" / "bench" / "clocks.c", "base", outdir / "clocks-base")
     res = ukl("run", out, "--icount", "--timeout", "300")
     assert res.returncode == 0, res.stdout
     v = parse(res.stdout)

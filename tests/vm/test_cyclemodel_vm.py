@@ -1,4 +1,4 @@
-"""The QEMU plugin (tools/plugin/insnclass.c) in a real boot: a program
+"""The QEMU plugin (tools/qemu-plugin/insnclass.c) in a real boot: a program
 executes a known mix of classed instructions in a measured region and the
 plugin must count exactly that, per class; and `ukl bench syscalls --model
 cycles` end to end."""

@@ -1,6 +1,6 @@
 """What real load generators print, read: redis-benchmark --csv, memcaslap
 (libmemcached-tools' memaslap), ab, wrk --latency, and our open-loop
-bench/appload.c `rate` (latency against offered load, which none of
+guest/bench/appload.c `rate` (latency against offered load, which none of
 Debian's clients measures: memaslap's --tps throttle never engages). Each parser returns
 one Sample per operation the tool reports. Pure functions of the text, so
 that they are unit-tested on the tools' real output."""
@@ -125,7 +125,7 @@ def appload(text: str) -> list[Sample]:
 
 
 PARSERS = {"redis-benchmark": redis_benchmark, "memcaslap": memcaslap, "ab": ab, "wrk": wrk, "appload": appload}
-# The Debian package each client comes from; appload is ours (bench/appload.c,
+# The Debian package each client comes from; appload is ours (guest/bench/appload.c,
 # built by the tool)
 PACKAGES = {"redis-benchmark": "redis-tools", "memcaslap": "libmemcached-tools", "ab": "apache2-utils",
             "wrk": "wrk"}

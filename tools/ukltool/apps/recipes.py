@@ -49,7 +49,7 @@ class Smoke:
 
 @dataclass
 class Bench:
-    """How `ukl bench app NAME` loads the application (bench/appload.c)."""
+    """How `ukl bench app NAME` loads the application (guest/bench/appload.c)."""
     protocol: str                   # redis, memcache, http; or run (to completion)
     args: list[str]                 # the server's (or the run's) arguments
     port: int = 0

@@ -1,7 +1,7 @@
 """`ukl bench app [NAME...]` (redis, memcached, nginx, sqlite3, leveldb): application
 benchmarks, each configuration booted once per application.
 
-Servers are driven from inside the guest, on loopback, by bench/appload.c
+Servers are driven from inside the guest, on loopback, by guest/bench/appload.c
 (the server and its client share the single vCPU), which reads the
 server's CPU time through clock_getcpuclockid(): under `--icount` a
 nanosecond of guest time is one guest instruction, so the result is the
@@ -33,8 +33,8 @@ from ukltool.util.errors import UklError
 from ukltool.util.paths import REPO, cache_dir
 from ukltool.util.proc import host_cc, run
 
-LOADER = REPO / "bench" / "appload.c"
-LOADER_SOURCES = [LOADER, REPO / "bench" / "region.h"]
+LOADER = REPO / "guest" / "bench" / "appload.c"
+LOADER_SOURCES = [LOADER, REPO / "guest" / "bench" / "region.h"]
 
 
 @dataclass(frozen=True)
@@ -84,13 +84,13 @@ def names() -> list[str]:
 
 
 def loader() -> Path:
-    """bench/appload.c, an ordinary static program, compiled once per content."""
+    """guest/bench/appload.c, an ordinary static program, compiled once per content."""
     digest = hashlib.sha256(b"".join(f.read_bytes() for f in LOADER_SOURCES)).hexdigest()[:16]
     out = cache_dir() / "bench" / f"appload-{digest}"
     if not out.is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(out.name + ".partial")
-        run([host_cc(), "-O2", "-Wall", "-static", "-o", tmp, LOADER, "-lm"], what="compiling bench/appload.c")
+        run([host_cc(), "-O2", "-Wall", "-static", "-o", tmp, LOADER, "-lm"], what="compiling guest/bench/appload.c")
         tmp.replace(out)
     return out
 
@@ -146,7 +146,7 @@ def run_app(name: str, configs: list[str], icount: bool, requests: int | None, t
     turn REPEAT times (interleaved: linux, base, linux, base, ...). With
     MODEL_CPU, also count the guest's classed instructions during each load
     (our QEMU plugin, in the first run: under --icount runs repeat exactly) and model
-    cycles with bench/costs/MODEL_CPU.toml. PROFILE: also each load's
+    cycles with measure/costs/MODEL_CPU.toml. PROFILE: also each load's
     instructions by function (insnprofile), in the first run."""
     r = recipes.load(name)
     if r.bench is None:
@@ -310,7 +310,7 @@ def markdown(reports: list[AppReport], plot_file: Path | None = None, md_file: P
         out += [f"Machine: {r0.machine}. Accelerator: {r0.accel.upper()}, 1 vCPU"
                 + (benchcommon.ICOUNT_NOTE if r0.icount else "") + ".", "",
                 "Each server runs from its recipe's image (Debian's unmodified source, built with ukl-cc or "
-                "ukl-c++) and is loaded from inside the same guest over loopback by `bench/appload.c`, "
+                "ukl-c++) and is loaded from inside the same guest over loopback by `guest/bench/appload.c`, "
                 "which checks every response and reads the server's CPU time (all its threads; for nginx "
                 "all its processes) with `clock_getcpuclockid()`. A row gives that CPU time divided by the "
                 "number of requests: the server's guest instructions per request under `--icount`, where "

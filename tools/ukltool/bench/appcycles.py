@@ -1,8 +1,8 @@
 """Modelled cycles of application loads: `ukl bench app redis|memcached|nginx|
 ... --icount --model cycles`.
 
-bench/appload.c marks each load (or run) as one region for our QEMU
-plugin (tools/plugin/insnclass.c), numbered in the order of the guest's
+guest/bench/appload.c marks each load (or run) as one region for our QEMU
+plugin (tools/qemu-plugin/insnclass.c), numbered in the order of the guest's
 script (APPLOAD_REGION). A region holds everything the single vCPU
 executes during the load: the server, the in-guest client, the kernel and
 the idle loop. So, per request,
@@ -10,7 +10,7 @@ the idle loop. So, per request,
     guest modelled cycles = (region instructions + sum over classes of
                              count in the region x extra cycles) / requests
 
-with the cost table of cyclemodel (bench/costs/CPU.toml). The client is
+with the cost table of cyclemodel (measure/costs/CPU.toml). The client is
 the same ordinary process under every configuration, so differences
 between configurations are the server's (and its kernel's); ratios are
 diluted by the client's share, which no configuration changes. A model, not
@@ -58,7 +58,7 @@ class LoadCounts:
 
 @dataclass
 class AppModel:
-    cpu: str                   # the cost table: bench/costs/CPU.toml
+    cpu: str                   # the cost table: measure/costs/CPU.toml
     cpu_name: str
     extra: dict[str, float]    # the table's extra cycles per class
     results: dict[str, list[LoadCounts]] = field(default_factory=dict)  # per configuration, in load order
@@ -76,14 +76,14 @@ def load_counts(report: insnclass.PluginReport, loads: Sequence[Load], source: s
     been entered exactly once."""
     if report.unbalanced:
         raise UklError(f"{source}: the plugin saw {report.unbalanced} region ends without a begin",
-                       "bench/appload.c must mark each load's begin and end once")
+                       "guest/bench/appload.c must mark each load's begin and end once")
     out = []
     for k, load in enumerate(loads):
         r = report.regions.get(k)
         if r is None or r.iterations != 1:
             seen = "no region" if r is None else f"{r.iterations} iterations"
             raise UklError(f"{source}: the plugin saw {seen} for load {k} ({load.label}); one was expected",
-                           "were the markers of bench/appload.c executed, and the plugin loaded?")
+                           "were the markers of guest/bench/appload.c executed, and the plugin loaded?")
         out.append(LoadCounts(load.label, load.requests, r.insns,
                               {c: n for c, n in r.counts.items() if c != insnclass.OTHER and n}))
     extra = sorted(set(report.regions) - set(range(len(loads))))
@@ -155,10 +155,10 @@ def markdown(model: AppModel, configs: list[str], baseline: str, labels: list[st
 
 def note(model: AppModel) -> str:
     return (f"*Modelled cycles* are a model, not a measurement. Each load is one region of our QEMU plugin "
-            f"(tools/plugin/insnclass.c), marked by `bench/appload.c`: everything the guest executes during "
+            f"(tools/qemu-plugin/insnclass.c), marked by `guest/bench/appload.c`: everything the guest executes during "
             f"the load — the server, the in-guest client, the kernel and the idle loop. Per request: the "
             f"region's instructions plus, for every costly instruction in it, its extra cycles on "
-            f"{model.cpu_name} from `bench/costs/{model.cpu}.toml`. The client is the same ordinary process "
+            f"{model.cpu_name} from `measure/costs/{model.cpu}.toml`. The client is the same ordinary process "
             f"under every configuration, so the differences between configurations are the server's and "
             f"its kernel's, while the ratios are diluted by the client's share. Caches, branch prediction "
             f"and pipelines are not modelled (docs/cycle-model.md).")

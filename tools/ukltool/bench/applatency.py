@@ -1,5 +1,5 @@
 """Latency against offered load: the open-loop loads of `ukl bench app NAME`
-(bench/appload.c `rate`, a recipe's [bench.latency]).
+(guest/bench/appload.c `rate`, a recipe's [bench.latency]).
 
 Requests arrive as a Poisson process at each offered rate, whether or not
 earlier ones were answered, and a latency runs from a request's scheduled

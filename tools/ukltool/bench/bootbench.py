@@ -4,7 +4,7 @@ kernel's first instruction to the application's main() (and, for a server,
 to its first answer), and the least memory it runs its smoke test in.
 
 How boot time is measured (docs/results/results-boot.md says it for readers):
-our QEMU plugin (tools/plugin/insnclass.c, at=...) records the guest
+our QEMU plugin (tools/qemu-plugin/insnclass.c, at=...) records the guest
 instructions executed before the first execution of a chain of addresses:
 the kernel's real-mode setup entry (its first instruction: the firmware
 before it does not count), the decompressor's and vmlinux's entries, the
@@ -48,8 +48,8 @@ from ukltool.util import lock, reporting, ui
 from ukltool.util.errors import UklError
 from ukltool.util.paths import REPO, cache_dir
 
-PEERS_FILE = REPO / "bench" / "boot-peers.toml"
-TARGETS_FILE = REPO / "bench" / "boot-targets.toml"
+PEERS_FILE = REPO / "measure" / "boot-peers.toml"
+TARGETS_FILE = REPO / "measure" / "boot-targets.toml"
 MEMORY_RANGE = (8, 1024)        # MiB: the bisection's bounds
 MEMORY_STEPS = 6                # boots of the bisection after the upper bound's
 MEASURE_MEMORY = 1024           # MiB: the boot measurement's -m (`ukl run`'s 1G)
@@ -623,7 +623,7 @@ def check_profile(spans: dict[str, list[tuple[str, int]]], hits: list[Hit | None
         counted = sum(n for _, n in spans.get(span, []))
         if abs(counted - (b.insns - a.insns)) > 10_000:
             raise UklError(f"the profile of {span} counts {counted:,} instructions, the points "
-                           f"{b.insns - a.insns:,}", "rebuild the QEMU plugin (tools/plugin/insnclass.c)")
+                           f"{b.insns - a.insns:,}", "rebuild the QEMU plugin (tools/qemu-plugin/insnclass.c)")
 
 
 def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, mem_range: tuple[int, int] | None,
@@ -774,7 +774,7 @@ def load_peers(path: Path = PEERS_FILE) -> list[Peer]:
 
 @dataclass
 class Goal:
-    """One application's targets (bench/boot-targets.toml); None: none set."""
+    """One application's targets (measure/boot-targets.toml); None: none set."""
     app: str
     why: str
     image_mb: float | None = None
@@ -955,7 +955,7 @@ def markdown(report: Report, plot_file: Path | None, md_file: Path | None = None
     goals = [g for g in load_targets() if any(r.specialized and r.app == g.app for r in report.rows)]
     if goals:
         lines += ["", "## Against issue 36's targets", "",
-                  "The specialized rows against the targets in bench/boot-targets.toml ("
+                  "The specialized rows against the targets in measure/boot-targets.toml ("
                   + "; ".join(f"{g.app}: {g.why}" for g in goals) + "). Guest time under `--icount` counts "
                   "instructions, not the cycles a real CPU takes for them.", "", *target_rows(report, goals)]
     lines += ["", "## Published figures of other systems", "",
@@ -1009,7 +1009,7 @@ METHOD = f"""* **Time origin: the kernel's first instruction**, the real-mode se
   and the decompression does (a VMM that loads vmlinux directly skips it; the `decompressor..kernel`
   column shows what that saves). Booted direct, the origin is the kernel's PVH entry (`setup` and
   `decompressor` are both that point).
-* **Points**: our QEMU plugin (`tools/plugin/insnclass.c`, option `at=`) records the instructions executed
+* **Points**: our QEMU plugin (`tools/qemu-plugin/insnclass.c`, option `at=`) records the instructions executed
   before the first execution of each address in a chain, each armed once the one before has run, the
   idle instructions (HLT, MWAIT) executed before it, and the host's clock then. `main()` is `ukl_main` in
   vmlinux under UKL (the application's symbols carry the `ukl_` prefix), and the static program's `main`

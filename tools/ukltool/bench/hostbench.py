@@ -59,7 +59,7 @@ def names() -> list[str]:
 
 def _expand(cmd: list[str], port: int) -> list[str]:
     """{host} and {port}: where the server listens; a command `appload` is
-    bench/appload.c, built on the host."""
+    guest/bench/appload.c, built on the host."""
     args = [a.replace("{host}", netns.GUEST_IP).replace("{port}", str(port)) for a in cmd]
     return [str(appbench.loader()), *args[1:]] if args and args[0] == "appload" else args
 
@@ -239,7 +239,7 @@ def markdown(reports: list[WallReport], runs_done: list[appbench.AppReport] | No
                 "network namespace, where QEMU and the clients run (no QEMU user-mode networking). The "
                 "clients are Debian's: redis-benchmark (redis-tools), memcaslap (libmemcached-tools' memaslap, "
                 "its default 9:1 get/set mix), ab (apache2-utils, a new connection per request) and wrk "
-                "(keep-alive), each on the recipe's [netbench] loads; and ours, appload (bench/appload.c), "
+                "(keep-alive), each on the recipe's [netbench] loads; and ours, appload (guest/bench/appload.c), "
                 "for the `open R/s` loads: an open loop of Poisson arrivals at R requests per second, each "
                 "latency from the request's scheduled arrival, where req/s is what was answered and the ratio "
                 "column compares p99 instead (they are not in the plot). Throughput and latency are wall-clock "

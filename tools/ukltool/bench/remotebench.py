@@ -1,4 +1,4 @@
-"""`ukl bench remote`: what a remote system call costs (bench/remote.c),
+"""`ukl bench remote`: what a remote system call costs (guest/bench/remote.c),
 run on the host as an ordinary process, in a `linux` guest, and in a UKL
 guest booted with `--remote` (a null call polling and asleep, file reads
 and writes against a local tmpfs file, and OS jitter as sysjitter counts
@@ -26,7 +26,7 @@ from ukltool.util.errors import UklError
 from ukltool.util.paths import REPO, cache_dir
 from ukltool.util.proc import cached_host_build, capture
 
-SOURCE = REPO / "bench" / "remote.c"
+SOURCE = REPO / "guest" / "bench" / "remote.c"
 HEADER = REPO / "runtime" / "ukl.h"
 HOST = "host"
 GUESTS = ["linux", "base"]  # base boots with --remote
@@ -113,7 +113,7 @@ def parse(text: str, where: str) -> tuple[list[Row], list[Jitter]]:
 def _host_binary() -> Path:
     return cached_host_build(cache_dir() / "bin", "remote-bench", "", [SOURCE, HEADER],
                              ["-std=gnu11", "-O2", "-I", str(REPO / "runtime"), "-pthread"],
-                             "the remote-call benchmark", "bench/ belongs to the ukl checkout",
+                             "the remote-call benchmark", "guest/bench/ belongs to the ukl checkout",
                              "install the host's C compiler (`apt-get install gcc`)")
 
 
@@ -269,7 +269,7 @@ def markdown(report: Report, plot_path: Path | None) -> str:
         f"the `{REMOTE_CONFIG}` guest runs with `--remote` (the shadow process polls 1 ms after a polling "
         "thread's request, then sleeps until the doorbell).",
         "",
-        "bench/remote.c, built unchanged for the host, `linux` and `base`, times batches of calls with "
+        "guest/bench/remote.c, built unchanged for the host, `linux` and `base`, times batches of calls with "
         "CLOCK_MONOTONIC and reports the median and 99th percentile per call over the batches"
         + (f"; each guest was booted {report.repeat} times, interleaved, and a row is the median of the "
            "runs' medians (the null calls show their range). " if report.repeat > 1 else ". ")

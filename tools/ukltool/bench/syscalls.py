@@ -1,4 +1,4 @@
-"""`ukl bench syscalls`: the LEBench-style benchmark (bench/lebench.c) built
+"""`ukl bench syscalls`: the LEBench-style benchmark (guest/bench/lebench.c) built
 and booted once per configuration, compared against the baseline (`linux`,
 or the first configuration without UKL that --configs names)."""
 
@@ -21,7 +21,7 @@ from ukltool.util import reporting, ui
 from ukltool.util.errors import UklError
 from ukltool.util.paths import REPO, cache_dir
 
-SOURCE = REPO / "bench" / "lebench.c"
+SOURCE = REPO / "guest" / "bench" / "lebench.c"
 SMALL_OPS = [("getppid", 0), ("read", 1), ("write", 1), ("sendto", 1), ("recvfrom", 1),
              ("mmap+munmap", 4096), ("page-fault", 4096), ("stack-fault", 4096),
              ("thread-create+join", 0), ("context-switch", 0)]
@@ -100,7 +100,7 @@ def profile_config(report: insnclass.PluginReport, console: str, vmlinux: Path, 
         seen = report.regions.get(rid)
         if seen is None or seen.iterations != n:
             raise UklError(f"{config}: the plugin saw {seen.iterations if seen else 0} iterations of {op} {size}, "
-                           f"the benchmark ran {n}", "were the markers (bench/region.h) executed?")
+                           f"the benchmark ran {n}", "were the markers (guest/bench/region.h) executed?")
         out.append(insnprofile.OpProfile(op, size, n, insnprofile.per_function(entries, rid, n, symbols.name)))
     return out
 
@@ -108,7 +108,7 @@ def profile_config(report: insnclass.PluginReport, console: str, vmlinux: Path, 
 def run(configs: list[str], icount: bool, quick: bool, timeout: float, model_cpu: str | None = None,
         profile: list[tuple[str, int]] | None = None) -> Report:
     """MODEL_CPU: also count classed instructions with our QEMU plugin and
-    model cycles with bench/costs/MODEL_CPU.toml (needs --icount). PROFILE:
+    model cycles with measure/costs/MODEL_CPU.toml (needs --icount). PROFILE:
     these points' instructions by function (insnprofile; needs --icount)."""
     configs = benchcommon.baseline(configs)
     warning = benchcommon.cpu_mismatch(configs)
@@ -209,7 +209,7 @@ def markdown(report: Report, plot: Path | None) -> str:
         cpu = cpus.pop() if cpus else ("host" if report.accel == "kvm" else "max")
     how = (f"Measured with `./ukl bench syscalls --configs {','.join(report.configs)}"
            f"{' --icount' if report.icount else ''}{' --quick' if report.quick else ''}`: "
-           f"bench/lebench.c, a freestanding program (no C library) built unchanged for every "
+           f"guest/bench/lebench.c, a freestanding program (no C library) built unchanged for every "
            f"configuration, booted under QEMU ({report.accel.upper()}, `-cpu {cpu}`, 1 vCPU)"
            f"{benchcommon.ICOUNT_NOTE if report.icount else ''}. "
            f"Each point: warm-up, then {'1,000' if report.quick else '10,000'} iterations timed with RDTSCP, "

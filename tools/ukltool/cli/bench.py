@@ -46,8 +46,8 @@ def bench_parser(sub: argparse._SubParsersAction) -> None:
                       "ukl bench boot hello --configs linux,base --icount"), listed=False)
     bs = bn.add_subparsers(dest="bcmd", metavar="SUITE", required=True)
     sc = add_command(bs, "syscalls", "LEBench-style system call and page fault latencies",
-                     "Build bench/lebench.c for each configuration, boot each, and compare the medians against the "
-                     "first configuration without UKL (default linux).",
+                     "Build guest/bench/lebench.c for each configuration, boot each, and compare the medians "
+                     "against the first configuration without UKL (default linux).",
                      ("ukl bench syscalls --configs linux,base --icount --quick",
                       "ukl bench syscalls --configs linux,base+byp --icount --by-function --points getppid,read:1",
                       "ukl bench syscalls --from-json docs/results/results.json --markdown out/results.md"))
@@ -67,9 +67,9 @@ def bench_parser(sub: argparse._SubParsersAction) -> None:
     sc.set_defaults(func=cmd_bench)
 
     rb = add_command(bs, "remote", "remote system calls: null calls, file I/O and OS jitter",
-                     "Run bench/remote.c on the host, in a linux guest and in a base guest booted with --remote: a "
-                     "null remote call polling and asleep against getppid, pread/pwrite of 1 B to 64 KiB on a host "
-                     "file against guest tmpfs, and OS jitter (docs/results/results-remote.md).",
+                     "Run guest/bench/remote.c on the host, in a linux guest and in a base guest booted with "
+                     "--remote: a null remote call polling and asleep against getppid, pread/pwrite of 1 B to 64 KiB "
+                     "on a host file against guest tmpfs, and OS jitter (docs/results/results-remote.md).",
                      ("ukl bench remote --quick",
                       "ukl bench remote --json out/remote.json --markdown out/remote.md --plot out/remote.png"))
     rb.add_argument("--quick", action="store_true", help="few batches and short jitter runs (for tests)")
@@ -84,7 +84,7 @@ def bench_parser(sub: argparse._SubParsersAction) -> None:
 def _bench_app_parser(bs: argparse._SubParsersAction) -> None:
     ap = add_command(bs, "app", "application benchmarks: the recipes' servers and programs under load",
                      "Build and boot each application under each configuration and load it. With --clients guest "
-                     "(the default), from inside the guest (bench/appload.c, the recipe's [bench]): the "
+                     "(the default), from inside the guest (guest/bench/appload.c, the recipe's [bench]): the "
                      "application's CPU time per request, or guest instructions with --icount. With --clients host, "
                      "with real load generators on the host over a tap device (the recipe's [netbench]; needs root): "
                      "throughput and latency in wall-clock time; programs that run to completion are timed in the "
@@ -99,7 +99,7 @@ def _bench_app_parser(bs: argparse._SubParsersAction) -> None:
                     f"[netbench] section ({safe_list(hostbench.names)}) or a run to completion (default: all of them)")
     configs_option(ap)
     ap.add_argument("--clients", choices=("guest", "host"), default="guest",
-                    help="guest: bench/appload.c beside the server (default); host: redis-benchmark, "
+                    help="guest: guest/bench/appload.c beside the server (default); host: redis-benchmark, "
                     "memcaslap, ab and wrk on the host, in a private network namespace with a tap device "
                     "(needs root), in wall-clock time")
     ap.add_argument("--repeat", type=count_arg, default=1, metavar="N", help=REPEAT_HELP)

@@ -96,7 +96,7 @@ def model_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup, counte
                    help=f"also model cycles (with --icount): {counted} plus the extra cycles of the costly "
                    "instructions (SYSCALL, SWAPGS, WRMSR, MOV to CR3, VERW, ...) that a QEMU plugin counts; a model, "
                    "not a measurement (docs/cycle-model.md)")
-    p.add_argument("--cpu", metavar="NAME", help="the model's cost table, bench/costs/NAME.toml (default "
+    p.add_argument("--cpu", metavar="NAME", help="the model's cost table, measure/costs/NAME.toml (default "
                    f"{cyclemodel.DEFAULT_CPU}; there: {', '.join(cyclemodel.cpus()) or 'none'})")
 
 

@@ -1,1 +1,1 @@
-"""Our QEMU plugin (tools/plugin/insnclass.c): building it, reading its report, and the models on it."""
+"""Our QEMU plugin (tools/qemu-plugin/insnclass.c): building it, reading its report, and the models on it."""

@@ -2,8 +2,8 @@
 instructions (exact, from -icount) plus, for each class of costly
 instruction (SYSCALL, SYSRET, IRET, SWAPGS, WRMSR, MOV to CR3, VERW, ...),
 how often one iteration executes it (counted by our QEMU plugin,
-tools/plugin/insnclass.c, in the regions bench/lebench.c marks) times what
-it costs beyond one cycle on a named CPU (bench/costs/CPU.toml).
+tools/qemu-plugin/insnclass.c, in the regions guest/bench/lebench.c marks) times what
+it costs beyond one cycle on a named CPU (measure/costs/CPU.toml).
 
     modelled cycles = median instructions + sum over classes of
                       count per iteration x extra cycles of the class
@@ -25,17 +25,17 @@ from ukltool.plugin.insnclass import CLASSES, OTHER, PluginReport
 from ukltool.util.errors import UklError
 from ukltool.util.paths import REPO
 
-COSTS_DIR = REPO / "bench" / "costs"
+COSTS_DIR = REPO / "measure" / "costs"
 DEFAULT_CPU = "skylake-sp"
 # What the timing itself executes in every region iteration of
-# bench/lebench.c: the region begins before the first RDTSCP and ends after
+# guest/bench/lebench.c: the region begins before the first RDTSCP and ends after
 # the second, which the guest-instruction median does not include either.
 HARNESS = {"rdtscp": 2}
 
 
 # ---- the cost table ----
 
-# What kind of number a cost is (bench/costs/*.toml explains them)
+# What kind of number a cost is (measure/costs/*.toml explains them)
 BASES = ("measured", "documented", "derived", "estimate")
 
 
@@ -74,7 +74,7 @@ def table_path(cpu: str, directory: Path = COSTS_DIR) -> Path:
 
 
 def load_table(cpu: str | Path, directory: Path = COSTS_DIR) -> CostTable:
-    """A cost table by CPU name (bench/costs/NAME.toml) or path, checked:
+    """A cost table by CPU name (measure/costs/NAME.toml) or path, checked:
     every class of the plugin has a non-negative `extra` and a `source`."""
     path = cpu if isinstance(cpu, Path) else table_path(cpu, directory)
     try:
@@ -123,7 +123,7 @@ def load_table(cpu: str | Path, directory: Path = COSTS_DIR) -> CostTable:
 
 
 def parse_regions(console: str) -> dict[int, tuple[str, int, int]]:
-    """REGION lines of bench/lebench.c: {id: (op, size, iterations)}."""
+    """REGION lines of guest/bench/lebench.c: {id: (op, size, iterations)}."""
     return {int(m[1]): (m[2], int(m[3]), int(m[4]))
             for m in re.finditer(r"^REGION (\d+) (\S+) (\d+) (\d+)\s*$", console, re.M)}
 
@@ -145,7 +145,7 @@ class OpCounts:
 
 @dataclass
 class Model:
-    cpu: str                    # the cost table: bench/costs/CPU.toml
+    cpu: str                    # the cost table: measure/costs/CPU.toml
     cpu_name: str
     extra: dict[str, float]     # the table's extra cycles per class
     results: dict[str, list[OpCounts]] = field(default_factory=dict)  # per configuration
@@ -180,7 +180,7 @@ def op_counts(report: PluginReport, regions: dict[int, tuple[str, int, int]],
             seen = "no iteration" if r is None else f"{r.iterations} iterations"
             raise UklError(f"{source}: the plugin saw {seen} of region {rid} ({op} {size}), "
                            f"the benchmark ran {n}",
-                           "were the markers (bench/region.h) executed, and the plugin loaded?")
+                           "were the markers (guest/bench/region.h) executed, and the plugin loaded?")
         typical = without_harness({c: float(v) for c, v in r.typical.items()})
         mean = without_harness({c: v / n for c, v in r.counts.items() if c != OTHER})
         if any(v < 0 for v in typical.values()):
@@ -198,7 +198,7 @@ def cycles(instructions: float, counts: dict[str, int] | dict[str, float], extra
     missing = [c for c in counts if c not in extra]
     if missing:
         raise UklError(f"the cost table has no cost for {', '.join(sorted(missing))}",
-                       "every class of the plugin needs one (bench/costs/*.toml)")
+                       "every class of the plugin needs one (measure/costs/*.toml)")
     return instructions + sum(n * extra[c] for c, n in counts.items())
 
 
@@ -218,8 +218,8 @@ def cells(model: Model, op: str, size: int, medians: dict[str, int], configs: li
 def markdown_note(model: Model) -> str:
     return (f"*Modelled cycles* are a model, not a measurement: the median guest instructions plus, for "
             f"each costly instruction a typical iteration executes (counted by the QEMU plugin "
-            f"tools/plugin/insnclass.c), its extra cycles on {model.cpu_name} from "
-            f"`bench/costs/{model.cpu}.toml`; caches, branch prediction and pipelines are not modelled "
+            f"tools/qemu-plugin/insnclass.c), its extra cycles on {model.cpu_name} from "
+            f"`measure/costs/{model.cpu}.toml`; caches, branch prediction and pipelines are not modelled "
             f"(docs/cycle-model.md).")
 
 

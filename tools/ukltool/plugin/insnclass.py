@@ -1,4 +1,4 @@
-"""Our QEMU TCG plugin (tools/plugin/insnclass.c), built with the host's C
+"""Our QEMU TCG plugin (tools/qemu-plugin/insnclass.c), built with the host's C
 compiler into the cache, once per version of its source; the QEMU option
 that loads it; and the one reader of the JSON report it writes at QEMU's
 exit (the counts per instruction class and region, and where asked for the
@@ -16,7 +16,7 @@ from ukltool.util.errors import UklError
 from ukltool.util.paths import REPO, cache_dir
 from ukltool.util.proc import cached_host_build
 
-PLUGIN_DIR = REPO / "tools" / "plugin"
+PLUGIN_DIR = REPO / "tools" / "qemu-plugin"
 SOURCES = [PLUGIN_DIR / "insnclass.c", PLUGIN_DIR / "insnclass.h", PLUGIN_DIR / "qemu-plugin-api.h"]
 # -fvisibility=hidden: only qemu_plugin_install and qemu_plugin_version are
 # exported; QEMU's API functions are resolved when QEMU loads the plugin.
@@ -30,7 +30,7 @@ def build(decoder_only: bool = False) -> Path:
     flags changed): plugins/insnclass-HASH.so, or the decoder alone."""
     flags = CFLAGS + (DECODER_FLAGS if decoder_only else [])
     return cached_host_build(cache_dir() / "plugins", "insnclass-decoder" if decoder_only else "insnclass", ".so",
-                             SOURCES, flags, "the QEMU plugin", "tools/plugin/ belongs to the ukl checkout",
+                             SOURCES, flags, "the QEMU plugin", "tools/qemu-plugin/ belongs to the ukl checkout",
                              "fix the source, or install the host compiler (`apt-get install gcc`)")
 
 
@@ -43,7 +43,7 @@ def option(so: Path, report: Path, profile: bool = False) -> str:
     return f"file={esc(so)},out={esc(report)}" + (",profile=on" if profile else "")
 
 
-# The plugin's classes (tools/plugin/insnclass.h); "other" costs 1 cycle,
+# The plugin's classes (tools/qemu-plugin/insnclass.h); "other" costs 1 cycle,
 # like every instruction, so it has no entry in a cost table.
 CLASSES = ["syscall", "sysret", "iret", "swapgs", "wrmsr", "rdmsr", "mov_cr3", "mov_cr4", "mov_cr_other",
            "invlpg", "invpcid", "serializing", "lfence", "mfence", "sfence", "verw", "popf", "cli", "sti",
@@ -135,12 +135,12 @@ def _points(data: dict[str, Any], source: str) -> list[Hit | None]:
                 for p in data["points"]]
     except (ValueError, KeyError, TypeError) as e:
         raise UklError(f"cannot read the boot points in {source}: {e}",
-                       "the QEMU plugin tools/plugin/insnclass.c writes them (at=...)") from None
+                       "the QEMU plugin tools/qemu-plugin/insnclass.c writes them (at=...)") from None
 
 
 def parse_report(text: str, source: str = "the plugin's report", profile: bool = False,
                  points: bool = False) -> PluginReport:
-    """The JSON report tools/plugin/insnclass.c writes at QEMU's exit, with
+    """The JSON report tools/qemu-plugin/insnclass.c writes at QEMU's exit, with
     its "profile" list where PROFILE (the plugin ran with profile=on) and
     its boot points where POINTS (at=...)."""
     try:
@@ -162,7 +162,8 @@ def parse_report(text: str, source: str = "the plugin's report", profile: bool =
         report = PluginReport(_int(total["insns"], "total insns"), _counts(total["counts"], "total counts"),
                               _int(data.get("unbalanced", 0), "unbalanced"), regions)
     except (ValueError, KeyError, TypeError) as e:
-        raise UklError(f"cannot read {source}: {e}", "the QEMU plugin tools/plugin/insnclass.c writes it") from None
+        raise UklError(f"cannot read {source}: {e}",
+                       "the QEMU plugin tools/qemu-plugin/insnclass.c writes it") from None
     return dataclasses.replace(report, profile=_profile(data, source) if profile else None,
                                points=_points(data, source) if points else None)
 

@@ -1,7 +1,7 @@
 """Where a benchmark point's instructions go: `ukl bench syscalls --icount
 --by-function getppid,read:1`.
 
-With profile=on our QEMU plugin (tools/plugin/insnclass.c) reports, per
+With profile=on our QEMU plugin (tools/qemu-plugin/insnclass.c) reports, per
 region, how often each translation block ran while the region was open and
 the addresses of the block's instructions. This module names the function
 each instruction belongs to (the kernel's symbol table, vmlinux, which also

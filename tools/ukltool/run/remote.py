@@ -1,8 +1,8 @@
 """Remote system calls (`ukl run --remote DIR`): the shadow process on the
-host (tools/remote/ukl-shadow.c), built with the host's C compiler into the
+host (tools/shadow/ukl-shadow.c), built with the host's C compiler into the
 cache, the shared memory it and QEMU map (guest RAM and the ring, both
 memfds created here), and a ctypes mirror of the ring's ABI
-(tools/remote/ukl_ring.h). See docs/plans/remote-syscalls.md."""
+(tools/shadow/ukl_ring.h). See docs/plans/remote-syscalls.md."""
 
 from __future__ import annotations
 
@@ -24,11 +24,11 @@ from ukltool.util.errors import UklError
 from ukltool.util.paths import REPO, cache_dir
 from ukltool.util.proc import cached_host_build
 
-REMOTE_DIR = REPO / "tools" / "remote"
+REMOTE_DIR = REPO / "tools" / "shadow"
 SOURCES = [REMOTE_DIR / "ukl-shadow.c", REMOTE_DIR / "ukl_ring.h"]
 CFLAGS = ["-std=gnu11", "-O2", "-g", "-Wall", "-Wextra", "-D_GNU_SOURCE"]
 
-# ---- The ABI: tools/remote/ukl_ring.h (tests/unit/test_remote_abi.py checks the mirror) ----
+# ---- The ABI: tools/shadow/ukl_ring.h (tests/unit/test_remote_abi.py checks the mirror) ----
 
 RING_MAGIC = 0x31474E49524C4B55  # "UKLRING1"
 RING_VERSION = 3
@@ -131,7 +131,7 @@ def build_shadow() -> Path:
     """The shadow's executable in the cache, bin/ukl-shadow-HASH (built when
     its sources or flags changed)."""
     return cached_host_build(cache_dir() / "bin", "ukl-shadow", "", SOURCES, CFLAGS, "the remote-call shadow",
-                             "tools/remote/ belongs to the ukl checkout",
+                             "tools/shadow/ belongs to the ukl checkout",
                              "fix the source, or install the host compiler and headers "
                              "(`apt-get install gcc linux-libc-dev`)")
 

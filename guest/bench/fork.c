@@ -4,7 +4,7 @@
  * getppid() system call. Under `ukl run --icount` one nanosecond is one
  * guest instruction, so the numbers of two configurations compare exactly.
  *
- *   ./ukl build bench/fork.c --config base -o out/fb && ./ukl run out/fb --icount
+ *   ./ukl build guest/bench/fork.c --config base -o out/fb && ./ukl run out/fb --icount
  */
 #include <stdio.h>
 #include <string.h>

@@ -49,7 +49,7 @@
  * from its resource usage (exact: the scheduler's runtime) and the clock.
  *
  * The load (or the run) is also a measured region for ukl's instruction-
- * class plugin (bench/region.h; `ukl bench ... --icount --model cycles`):
+ * class plugin (guest/bench/region.h; `ukl bench ... --icount --model cycles`):
  * region APPLOAD_REGION (from the environment, default 0) begins after the
  * server's CPU clock is first read and ends before it is read again, so it
  * holds everything the guest executes during the load -- server, client,

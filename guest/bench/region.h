@@ -1,6 +1,6 @@
 /*
  * region.h: measured-region markers for ukl's instruction-class plugin
- * (tools/plugin/insnclass.c; the encoding is in tools/plugin/insnclass.h).
+ * (tools/qemu-plugin/insnclass.c; the encoding is in tools/qemu-plugin/insnclass.h).
  *
  * A marker is the multi-byte NOP "nopl 0x554BXXXX(%rax)" (0F 1F 80 +
  * disp32). It is a NOP on every x86-64 CPU and in QEMU and changes no

@@ -1,6 +1,6 @@
 /*
  * qemu-plugin-api.h: the part of QEMU's TCG plugin API (API version 1, as
- * in QEMU 7.2) that tools/plugin/insnclass.c uses, declared here because
+ * in QEMU 7.2) that tools/qemu-plugin/insnclass.c uses, declared here because
  * Debian installs no qemu-plugin.h.
  *
  * Written for ukl from the declarations in QEMU 7.2.0's

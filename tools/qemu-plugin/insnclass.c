@@ -16,7 +16,7 @@
  * vCPU's counters.
  *
  * Regions: the guest marks a region's begin and end with multi-byte NOPs
- * (insnclass.h; bench/region.h emits them) that name the region, or that
+ * (insnclass.h; guest/bench/region.h emits them) that name the region, or that
  * open the region a "select" marker named last. Per vCPU, what executes
  * between a begin and the next end (any guest thread on that vCPU, the
  * kernel and interrupts included, as under -icount) is added to that

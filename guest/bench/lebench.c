@@ -10,7 +10,7 @@
  *   lebench [quick]     prints "BENCH <op> <size> <median> <p99> <n>" lines
  *
  * Each measured iteration is also a region for ukl's instruction-class
- * plugin (bench/region.h; `ukl bench syscalls --model cycles`): the
+ * plugin (guest/bench/region.h; `ukl bench syscalls --model cycles`): the
  * region's begin marker sits in the asm statement of the first RDTSCP,
  * before it, and its end marker in that of the second, after it, so the
  * timed code is unchanged and a region holds it plus the two RDTSCPs.

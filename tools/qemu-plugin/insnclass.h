@@ -1,6 +1,6 @@
 /*
- * insnclass.h: the instruction classes of tools/plugin/insnclass.c and the
- * region marker the guest executes (bench/region.h emits it).
+ * insnclass.h: the instruction classes of tools/qemu-plugin/insnclass.c and the
+ * region marker the guest executes (guest/bench/region.h emits it).
  *
  * A region marker is the 7-byte multi-byte NOP "nopl DISP32(%rax)",
  * 0F 1F 80 followed by a 32-bit displacement whose upper half is 0x554B
@@ -17,7 +17,7 @@
  * memory), and compilers and assemblers only emit that form with a zero
  * displacement as padding, so it does not occur in ordinary code.
  * "Selected" markers carry no id, so they can sit in the same inline-asm
- * statement as a timing instruction (bench/lebench.c) without changing the
+ * statement as a timing instruction (guest/bench/lebench.c) without changing the
  * code the compiler generates around it.
  */
 #ifndef UKL_INSNCLASS_H
