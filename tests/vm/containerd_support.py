@@ -12,6 +12,8 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -92,7 +94,11 @@ def leftovers(root: Path) -> list[str]:
 
 
 def package(out: Path, tag: str, ctd: Containerd) -> Path:
+    """OUT packaged by `ukl pkg --oci` as TAG and imported into CTD; once
+    per containerd (tests that share an image share its import)."""
     tar = out.parent / f"{out.name}.tar"
+    if tar.is_file() and tag in ctd.ctr("image", "ls", "-q").stdout.split():
+        return tar
     res = ukl("pkg", out, "--oci", tar, "--tag", tag)
     assert res.returncode == 0, res.stdout
     info = json.loads(subprocess.run(["skopeo", "inspect", f"oci-archive:{tar}"], capture_output=True, text=True,
@@ -165,3 +171,47 @@ class Cri:
 
     def inspect(self, cid: str) -> dict:
         return json.loads(self("inspect", cid))["status"]
+
+
+def cri_plugin(work: Path, name: str, subnet: str, runtimes: str = "") -> str:
+    """The CRI plugin's part of a containerd configuration, and under WORK
+    the CNI configuration it names: one bridge network NAME on SUBNET
+    (addresses kept in WORK/ipam), its bridge NAME0. RUNTIMES: more TOML
+    tables of the plugin (its runtimes), or none."""
+    assert len(f"{name}0") <= 15, name  # a network interface's name
+    (work / "net.d").mkdir()
+    (work / "net.d" / "10-ukl.conflist").write_text(json.dumps({
+        "cniVersion": "1.0.0", "name": name, "plugins": [
+            {"type": "bridge", "bridge": f"{name}0", "isGateway": True, "ipMasq": False,
+             "ipam": {"type": "host-local", "subnet": subnet, "routes": [{"dst": "0.0.0.0/0"}],
+                      "dataDir": str(work / "ipam")}}]}))
+    return ('[plugins."io.containerd.grpc.v1.cri"]\n'
+            f'  sandbox_image = "{PAUSE}"\n'
+            # The kubelet asks for oom_score_adj -998 for a pod sandbox;
+            # lowering it needs CAP_SYS_RESOURCE, which some hosts (this
+            # project's machines) do not give root: there the CRI keeps it
+            # at containerd's own
+            f'  restrict_oom_score_adj = {"false" if has_cap(CAP_SYS_RESOURCE) else "true"}\n'
+            + runtimes +
+            '  [plugins."io.containerd.grpc.v1.cri".cni]\n'
+            f'    bin_dir = "{CNI_BIN}"\n    conf_dir = "{work / "net.d"}"\n')
+
+
+@contextmanager
+def network_namespace(name: str) -> Iterator[str]:
+    """A network namespace NAME with its loopback up, removed on leaving."""
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name])
+    assert name not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+
+
+def remove_pods(ctd: Containerd) -> None:
+    """Stop and remove every pod of CTD's CRI, whatever state it is in."""
+    cri = Cri(ctd)
+    for pod in cri("pods", "-q", check=False).split():
+        cri("stopp", pod, check=False)
+        cri("rmp", "-f", pod, check=False)

@@ -24,18 +24,17 @@ from pathlib import Path
 import pytest
 import yaml
 from containerd_support import (
-    CAP_SYS_RESOURCE,
-    CNI_BIN,
     CRICTL,
     K8S,
-    PAUSE,
     Containerd,
     Cri,
-    has_cap,
+    cri_plugin,
     install_urunc,
     leftovers,
+    network_namespace,
     package,
     pause_archive,
+    remove_pods,
 )
 
 from conftest import REPO, build, ukl
@@ -103,22 +102,8 @@ def cri(tmp_path_factory) -> Iterator[Cri]:
     out = install_urunc("containerd, urunc and CNI")
     assert CRICTL.is_file(), out
     work = tmp_path_factory.mktemp("cri")
-    netns = f"ukl-cri-{os.getpid()}"
-    (work / "net.d").mkdir()
-    (work / "net.d" / "10-ukl.conflist").write_text(json.dumps({
-        "cniVersion": "1.0.0", "name": "ukl-cri", "plugins": [
-            {"type": "bridge", "bridge": "ukl-cri0", "isGateway": True, "ipMasq": False,
-             "ipam": {"type": "host-local", "subnet": "10.212.0.0/24", "routes": [{"dst": "0.0.0.0/0"}],
-                      "dataDir": str(work / "ipam")}}]}))
-    ctd = Containerd(work / "containerd", netns=netns, cri=(
-        '[plugins."io.containerd.grpc.v1.cri"]\n'
-        f'  sandbox_image = "{PAUSE}"\n'
-        # The kubelet asks for oom_score_adj -998 for a pod sandbox; lowering
-        # it needs CAP_SYS_RESOURCE, which some hosts (this project's machines)
-        # do not give root: there the CRI keeps it at containerd's own
-        f'  restrict_oom_score_adj = {"false" if has_cap(CAP_SYS_RESOURCE) else "true"}\n'
-        '  [plugins."io.containerd.grpc.v1.cri".cni]\n'
-        f'    bin_dir = "{CNI_BIN}"\n    conf_dir = "{work / "net.d"}"\n'))
+    ctd = Containerd(work / "containerd", netns=f"ukl-cri-{os.getpid()}",
+                     cri=cri_plugin(work, "ukl-cri", "10.212.0.0/24"))
     # The configuration the installer's old version wrote: urunc only. The
     # CRI plugin does not load with it; containerd-runtimes adds runc.
     conf = work / "config.toml"
@@ -130,26 +115,19 @@ def cri(tmp_path_factory) -> Iterator[Cri]:
     again = subprocess.run([REPO / "scripts" / "containerd-runtimes", conf], capture_output=True, text=True,
                            check=True)
     assert again.stdout == "", again  # idempotent
-    subprocess.run(["ip", "netns", "add", netns], check=True)
-    try:
-        subprocess.run(["ip", "-n", netns, "link", "set", "lo", "up"], check=True)
-        ctd.start(conf)
-        c = Cri(ctd)
-        info = json.loads(c("info"))
-        runtimes = info["config"]["containerd"]["runtimes"]
-        assert {"runc", handler()} <= set(runtimes), runtimes
-        assert ctd.ctr("image", "import", pause_archive(work)).returncode == 0
-        yield c
-    finally:
-        for pod in subprocess.run([CRICTL, "--runtime-endpoint", f"unix://{ctd.sock}", "pods", "-q"],
-                                  capture_output=True, text=True).stdout.split():
-            subprocess.run([CRICTL, "--runtime-endpoint", f"unix://{ctd.sock}", "stopp", pod], capture_output=True)
-            subprocess.run([CRICTL, "--runtime-endpoint", f"unix://{ctd.sock}", "rmp", "-f", pod],
-                           capture_output=True)
-        ctd.stop()
-        subprocess.run(["ip", "netns", "del", netns])
+    with network_namespace(ctd.netns or ""):
+        try:
+            ctd.start(conf)
+            c = Cri(ctd)
+            info = json.loads(c("info"))
+            runtimes = info["config"]["containerd"]["runtimes"]
+            assert {"runc", handler()} <= set(runtimes), runtimes
+            assert ctd.ctr("image", "import", pause_archive(work)).returncode == 0
+            yield c
+        finally:
+            remove_pods(ctd)
+            ctd.stop()
     assert not leftovers(ctd.root)
-    assert netns not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
 
 
 def nothing_left(c: Cri) -> None:

@@ -29,17 +29,16 @@ from pathlib import Path
 import pytest
 import yaml
 from containerd_support import (
-    CAP_SYS_RESOURCE,
-    CNI_BIN,
     K8S,
-    PAUSE,
     Containerd,
     Cri,
-    has_cap,
+    cri_plugin,
     install_urunc,
     leftovers,
+    network_namespace,
     package,
     pause_archive,
+    remove_pods,
 )
 
 from conftest import REPO, build
@@ -73,26 +72,15 @@ def node(tmp_path_factory) -> Iterator[Node]:
     kubelet = built_kubelet()
     work = tmp_path_factory.mktemp("kubelet")
     netns = f"ukl-kubelet-{os.getpid()}"
-    (work / "net.d").mkdir()
-    (work / "net.d" / "10-ukl.conflist").write_text(json.dumps({
-        "cniVersion": "1.0.0", "name": "ukl-kubelet", "plugins": [
-            {"type": "bridge", "bridge": "ukl-kl0", "isGateway": True, "ipMasq": False,
-             "ipam": {"type": "host-local", "subnet": "10.213.0.0/24", "routes": [{"dst": "0.0.0.0/0"}],
-                      "dataDir": str(work / "ipam")}}]}))
-    ctd = Containerd(work / "containerd", netns=netns, cri=(
-        '[plugins."io.containerd.grpc.v1.cri"]\n'
-        f'  sandbox_image = "{PAUSE}"\n'
-        f'  restrict_oom_score_adj = {"false" if has_cap(CAP_SYS_RESOURCE) else "true"}\n'
-        # urunc the default: a standalone kubelet resolves no RuntimeClass.
-        # urunc hands containers that are not UKL images (the sandbox) to runc.
+    # urunc the default: a standalone kubelet resolves no RuntimeClass.
+    # urunc hands containers that are not UKL images (the sandbox) to runc.
+    ctd = Containerd(work / "containerd", netns=netns, cri=cri_plugin(work, "ukl-kubelet", "10.213.0.0/24", (
         '  [plugins."io.containerd.grpc.v1.cri".containerd]\n'
         '    default_runtime_name = "urunc"\n'
         '  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
         '    runtime_type = "io.containerd.runc.v2"\n'
         '  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.urunc]\n'
-        '    runtime_type = "io.containerd.urunc.v2"\n'
-        '  [plugins."io.containerd.grpc.v1.cri".cni]\n'
-        f'    bin_dir = "{CNI_BIN}"\n    conf_dir = "{work / "net.d"}"\n'))
+        '    runtime_type = "io.containerd.urunc.v2"\n')))
     manifests = work / "manifests"
     manifests.mkdir()
     config = work / "kubelet.json"
@@ -106,31 +94,25 @@ def node(tmp_path_factory) -> Iterator[Node]:
         # the kubelet's own beside the test's containerd
         "cgroupDriver": "cgroupfs", "failCgroupV1": False, "failSwapOn": False, "cgroupsPerQOS": False,
         "enforceNodeAllocatable": [], "localStorageCapacityIsolation": False, "resolvConf": ""}))
-    subprocess.run(["ip", "netns", "add", netns], check=True)
     proc = None
-    try:
-        subprocess.run(["ip", "-n", netns, "link", "set", "lo", "up"], check=True)
-        ctd.start()
-        cri = Cri(ctd)
-        assert ctd.ctr("image", "import", pause_archive(work)).returncode == 0
-        log = work / "kubelet.log"
-        with open(log, "wb") as fh:
-            proc = subprocess.Popen(["nsenter", f"--net=/var/run/netns/{netns}", kubelet, "--config", config,
-                                     "--root-dir", work / "root", "--hostname-override", NODE],
-                                    stdout=fh, stderr=fh, start_new_session=True)
-        yield Node(cri, manifests, log, proc)
-    finally:
-        if proc:
-            proc.terminate()
-            proc.wait(timeout=60)
-        left = Cri(ctd)
-        for pod in left("pods", "-q", check=False).split():
-            left("stopp", pod, check=False)
-            left("rmp", "-f", pod, check=False)
-        ctd.stop()
-        subprocess.run(["ip", "netns", "del", netns])
+    with network_namespace(netns):
+        try:
+            ctd.start()
+            cri = Cri(ctd)
+            assert ctd.ctr("image", "import", pause_archive(work)).returncode == 0
+            log = work / "kubelet.log"
+            with open(log, "wb") as fh:
+                proc = subprocess.Popen(["nsenter", f"--net=/var/run/netns/{netns}", kubelet, "--config", config,
+                                         "--root-dir", work / "root", "--hostname-override", NODE],
+                                        stdout=fh, stderr=fh, start_new_session=True)
+            yield Node(cri, manifests, log, proc)
+        finally:
+            if proc:
+                proc.terminate()
+                proc.wait(timeout=60)
+            remove_pods(ctd)
+            ctd.stop()
     assert not leftovers(ctd.root)
-    assert netns not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
 
 
 def static_pod(pod: dict, node: Node, image: str | None = None, args: list[str] | None = None) -> str:
