@@ -316,6 +316,20 @@ def test_options_for_what_the_code_can_call_and_where_they_come_from(table, some
     assert "CONFIG_VIRTIO_NET" not in sel.options
 
 
+def test_a_stripped_program_s_arguments_count_as_computed(table, sometimes, tmp_path):
+    stripped = tmp_path / "p"
+    subprocess.run(["strip", "-o", str(stripped), str(sometimes)], check=True)
+    use = binsyscalls.of_program(stripped)
+    # its calls of clock_gettime() cannot be found, but its system call can
+    assert use.call_args["clock_gettime"][None] >= 1 and 4 not in use.call_args["clock_gettime"]
+    assert use.call_args["socketpair"][None] >= 1 and use.call_args["fcntl"][None] >= 1
+    code = specialize.Code(use, binsyscalls.syscall_names())
+    sel = specialize.choose(specialize.Usage(), table, None, code=code)
+    assert any("clock_gettime(a computed clock id, so CLOCK_MONOTONIC_RAW)" in r
+               for r in sel.options["CONFIG_POSIX_TIMERS"].reasons)
+    assert "CONFIG_FILE_LOCKING" in sel.options and "CONFIG_UNIX" in sel.options
+
+
 def test_a_server_s_code_gets_the_network_device(table):
     dis = """
 0000000000401000 <main>:

@@ -50,6 +50,11 @@ ARG_FUNCTIONS = {"syscall": EDI, "socket": EDI, "socketpair": EDI, "clock_gettim
                  "clock_nanosleep": EDI, "timer_create": EDI,
                  "fcntl": ESI, "fcntl64": ESI}  # fcntl's command: record locks, leases, dnotify, seals
 ALIASES = {"fcntl64": "fcntl"}
+# the system call each of ARG_FUNCTIONS makes (x86-64), for a stripped
+# program, whose calls of them cannot be found: where its code makes one of
+# these calls, the argument counts as computed (every clock, family, command)
+ARG_SYSCALLS = {"socket": 41, "socketpair": 53, "fcntl": 72, "timer_create": 222, "clock_gettime": 228,
+                "clock_getres": 229, "clock_nanosleep": 230}
 
 
 @dataclass
@@ -78,15 +83,15 @@ def _loaded(window: list[tuple[str, str]], regs: tuple[str, ...]) -> int | None:
     return None
 
 
-def arg_functions(exe: Path) -> dict[int, str]:
-    """The addresses of ARG_FUNCTIONS in EXE, from its symbol table (a
-    stripped program has none: its calls' arguments are then unknown)."""
+def arg_functions(exe: Path) -> dict[int, str] | None:
+    """The addresses of ARG_FUNCTIONS in EXE, from its symbol table; None
+    for a stripped program, which has none."""
     out: dict[int, str] = {}
     try:
         with open(exe, "rb") as fh:
             symtab = ELFFile(fh).get_section_by_name(".symtab")
             if not isinstance(symtab, SymbolTableSection):
-                return out
+                return None
             for sym in symtab.iter_symbols():
                 name = sym.name.lstrip("_")
                 name = name[len("libc_"):] if name.startswith("libc_") else name
@@ -138,7 +143,19 @@ def disassemble(exe: Path) -> str:
 
 
 def of_program(exe: Path) -> BinaryUse:
-    return analyze(disassemble(exe), arg_functions(exe))
+    functions = arg_functions(exe)
+    use = analyze(disassemble(exe), functions)
+    if functions is None:
+        computed_arguments(use)
+    return use
+
+
+def computed_arguments(use: BinaryUse) -> None:
+    """For a stripped program: each of ARG_FUNCTIONS whose system call its
+    code makes is taken to be called with a computed argument."""
+    for name, number in ARG_SYSCALLS.items():
+        if use.syscalls.get(number):
+            use.call_args.setdefault(name, Counter())[None] += use.syscalls[number]
 
 
 def syscall_names(table: Path | None = None) -> dict[int, str]:
