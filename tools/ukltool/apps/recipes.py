@@ -32,12 +32,30 @@ SCHEMAS = (1,)
 
 
 @dataclass
+class Tarball:
+    """An upstream tarball from the shared sources (SHARED_DIR)."""
+    file: str             # its path there (secrecy/secrecy-394ff72.tar.xz)
+    sha256: str
+    into: str = ""        # where its top directory's contents go in the tree ("": the top)
+
+
+@dataclass
 class Source:
-    package: str          # Debian source package
-    version: str          # pinned version
-    dsc_sha256: str       # of the .dsc, which lists the tarballs' checksums
+    """Where a recipe's tree comes from: one of a Debian source package
+    (package, version, dsc_sha256), upstream tarballs pinned by checksum
+    (tarballs, with version naming the tree), or a directory of this
+    repository (tree: a library the project carries)."""
+    package: str = ""     # Debian source package
+    version: str = ""     # pinned version
+    dsc_sha256: str = ""  # of the .dsc, which lists the tarballs' checksums
     debian_patches: bool = False  # False: upstream's code as in Debian's orig tarball
     patches: list[Path] = field(default_factory=list)  # ours, applied in order after unpacking (-p1)
+    tarballs: list[Tarball] = field(default_factory=list)
+    tree: str = ""        # a directory of this repository, relative to its top
+
+    @property
+    def kind(self) -> str:
+        return "tarballs" if self.tarballs else "tree" if self.tree else "debian"
 
 
 @dataclass
@@ -268,12 +286,7 @@ def load(name: str) -> Recipe:
             tests["command"] = [x.replace("{recipe}", str(APPS_DIR / parent)) if isinstance(x, str) else x
                                 for x in tests["command"]]
         data = _merge(base, data)
-    src = _take(data, "source", dict, where)
-    source = Source(_take(src, "package", str, f"{where} [source]"), _take(src, "version", str, f"{where} [source]"),
-                    _take(src, "dsc_sha256", str, f"{where} [source]"),
-                    _take(src, "debian_patches", bool, f"{where} [source]", False),
-                    [Path(str(x)) for x in _take(src, "patches", list, f"{where} [source]", [])])
-    _done(src, f"{where} [source]")
+    source = _source(_take(data, "source", dict, where), f"{where} [source]")
     for patch in source.patches:
         if not patch.is_file():
             raise UklError(f"{where} [source]: the patch {patch} does not exist", "add it to the recipe's directory")
@@ -365,6 +378,52 @@ def load(name: str) -> Recipe:
                   forwards, smoke, depends, bench, tests, netbench, parent, special)
 
 
+TARBALL_FILE = re.compile(r"[A-Za-z0-9._+-]+(/[A-Za-z0-9._+-]+)*")
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _source(src: dict[str, Any], w: str) -> Source:
+    """[source]: a Debian source package, upstream tarballs, or a tree of
+    this repository."""
+    patches = [Path(str(x)) for x in _take(src, "patches", list, w, [])]
+    kinds = [k for k in ("package", "tarballs", "tree") if k in src]
+    if len(kinds) != 1:
+        raise UklError(f"{w}: name one of package (Debian's source package), tarballs or tree"
+                       + (f", not {' and '.join(kinds)}" if kinds else ""), "see apps/README.md")
+    if "package" in src:
+        source = Source(_take(src, "package", str, w), _take(src, "version", str, w), _take(src, "dsc_sha256", str, w),
+                        _take(src, "debian_patches", bool, w, False), patches)
+    elif "tarballs" in src:
+        balls = []
+        for i, t in enumerate(_take(src, "tarballs", list, w)):
+            tw = f"{w} tarballs[{i}]"
+            if not isinstance(t, dict):
+                raise UklError(f"{tw}: a table {{ file = ..., sha256 = ..., into = ... }}", "see apps/README.md")
+            ball = Tarball(_take(t, "file", str, tw), _take(t, "sha256", str, tw), _take(t, "into", str, tw, ""))
+            _done(t, tw)
+            if not TARBALL_FILE.fullmatch(ball.file) or ".." in ball.file.split("/"):
+                raise UklError(f"{tw}: file '{ball.file}' is not a path inside the shared sources",
+                               "e.g. file = \"secrecy/secrecy-394ff72.tar.xz\"")
+            if not SHA256.fullmatch(ball.sha256):
+                raise UklError(f"{tw}: sha256 is not 64 lowercase hex digits", f"sha256sum {Path(ball.file).name}")
+            if ball.into and (Path(ball.into).is_absolute() or ".." in Path(ball.into).parts):
+                raise UklError(f"{tw}: into '{ball.into}' is not a directory inside the tree",
+                               "name it relative to the tree's top, e.g. into = \"include/external-lib/x\"")
+            balls.append(ball)
+        if not balls:
+            raise UklError(f"{w}: tarballs is empty", "list at least one")
+        source = Source(version=_take(src, "version", str, w), patches=patches, tarballs=balls)
+    else:
+        tree = _take(src, "tree", str, w)
+        if Path(tree).is_absolute() or ".." in Path(tree).parts or not (REPO / tree).is_dir():
+            raise UklError(f"{w}: tree '{tree}' is not a directory of this repository", "e.g. tree = \"guest/mpi\"")
+        source = Source(patches=patches, tree=tree)
+    _done(src, w)
+    if source.version and not re.fullmatch(r"[A-Za-z0-9.:~+-]+", source.version):
+        raise UklError(f"{w}: version '{source.version}' has characters a version does not", "e.g. 394ff72")
+    return source
+
+
 def _specialize(sd: dict[str, Any], w: str) -> list[tuple[str, str]]:
     """[specialize] options = [{ name = "CONFIG_X", reason = "..." }]: kernel
     options `ukl build --specialize` adds by hand, each with its reason."""
@@ -407,39 +466,88 @@ def _netbench(nd: dict[str, Any], w: str) -> NetBench:
     return nb
 
 
+def shared_candidates(file: str) -> list[Path]:
+    """Where a shared source tarball is looked for, in order: $UKL_SHARED_DIR,
+    the shared/ directory beside this checkout, the download cache."""
+    env = os.environ.get("UKL_SHARED_DIR")
+    return [*([Path(env) / file] if env else []), REPO.parent / "shared" / file,
+            cache_dir() / "apps" / "downloads" / Path(file).name]
+
+
+def _shared_tarball(r: Recipe, ball: Tarball) -> Path:
+    for p in shared_candidates(ball.file):
+        if p.is_file():
+            sources.check_sha256(p, ball.sha256, f"apps/{r.name}/recipe.toml",
+                                 "the file is not the pinned source: fetch it again, or check and update the recipe")
+            return p
+    raise UklError(f"apps/{r.name}: the source tarball {ball.file} is missing (looked in "
+                   f"{', '.join(str(p) for p in shared_candidates(ball.file))})",
+                   "put it in one of those places, or set UKL_SHARED_DIR to the directory that holds it")
+
+
+def _tree_hash(top: Path) -> str:
+    h = hashlib.sha256()
+    for f in sorted(p for p in top.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        h.update(f"{f.relative_to(top)}\0{f.stat().st_mode & 0o777:o}\0".encode() + f.read_bytes() + b"\0")
+    return h.hexdigest()[:12]
+
+
 def fetch(r: Recipe) -> Path:
-    """The recipe's source tree, unpacked once in the cache from Debian's
+    """The recipe's source tree, unpacked once in the cache: from Debian's
     source package (sources.debian_source: downloaded with apt-get source
     and checked against the pinned .dsc checksum; dpkg-source checks the
-    tarballs against the .dsc)."""
+    tarballs against the .dsc), from upstream tarballs checked against
+    their pinned checksums, or copied from this repository (named by its
+    content, so that an edit is a new tree)."""
     s = r.source
     ours = hashlib.sha256(b"".join(p.read_bytes() for p in s.patches)).hexdigest()[:12] if s.patches else ""
-    tree = cache_dir() / "apps" / "src" / f"{s.package}-{sources.upstream_version(s.version)}" \
-        f"{'' if s.debian_patches else '-upstream'}{'-' + ours if ours else ''}"
+    if s.kind == "debian":
+        base = f"{s.package}-{sources.upstream_version(s.version)}{'' if s.debian_patches else '-upstream'}"
+    elif s.kind == "tarballs":
+        base = f"{r.name}-{s.version}"
+    else:
+        base = f"{r.name}-{_tree_hash(REPO / s.tree)}"
+    tree = cache_dir() / "apps" / "src" / f"{base}{'-' + ours if ours else ''}"
     if (tree / ".ukl-unpacked").is_file():
         return tree
-    for tool, pkg in (("apt-get", "apt"), ("dpkg-source", "dpkg-dev"), *((("patch", "patch"),) if s.patches else ())):
+    needs = [("apt-get", "apt"), ("dpkg-source", "dpkg-dev")] if s.kind == "debian" else []
+    for tool, pkg in (*needs, *((("patch", "patch"),) if s.patches else ())):
         need_tool(tool, pkg)
-    with lock.held(f"source-{s.package}", f"the source of {s.package}"):
+    with lock.held(f"source-{base}", f"the source of {r.name}"):
         if (tree / ".ukl-unpacked").is_file():
             return tree
-        dsc = sources.debian_source(s.package, s.version, s.dsc_sha256, f"apps/{r.name}/recipe.toml",
-                                    cache_dir() / "apps" / "downloads")
         tmp = tree.with_name(tree.name + ".partial")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.parent.mkdir(parents=True, exist_ok=True)
-        with ui.step(f"unpacking {dsc.name}"):
-            run(["dpkg-source", "-x", *([] if s.debian_patches else ["--skip-patches"]), dsc, tmp],
-                what=f"dpkg-source -x {dsc.name}")
+        if s.kind == "debian":
+            dsc = sources.debian_source(s.package, s.version, s.dsc_sha256, f"apps/{r.name}/recipe.toml",
+                                        cache_dir() / "apps" / "downloads")
+            what = dsc.name
+            with ui.step(f"unpacking {dsc.name}"):
+                run(["dpkg-source", "-x", *([] if s.debian_patches else ["--skip-patches"]), dsc, tmp],
+                    what=f"dpkg-source -x {dsc.name}")
+        elif s.kind == "tarballs":
+            what = ", ".join(Path(b.file).name for b in s.tarballs)
+            try:
+                for ball in s.tarballs:
+                    dest = tmp / ball.into
+                    dest.mkdir(parents=True, exist_ok=True)
+                    sources.extract_top_dir(_shared_tarball(r, ball), dest)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+        else:
+            what = s.tree
+            shutil.copytree(REPO / s.tree, tmp, ignore=shutil.ignore_patterns("__pycache__"))
         for patch in s.patches:
             with ui.step(f"applying {patch.name}"):
                 try:
                     run(["patch", "-p1", "--batch", "--forward", "--fuzz=0", "--no-backup-if-mismatch", "-i", patch],
-                        cwd=tmp, what=f"applying {patch} (apps/{r.name}) to {dsc.name}")
+                        cwd=tmp, what=f"applying {patch} (apps/{r.name}) to {what}")
                 except UklError:
                     shutil.rmtree(tmp, ignore_errors=True)
                     raise
-        (tmp / ".ukl-unpacked").write_text(f"{dsc.name}\n" + "".join(f"{p.name}\n" for p in s.patches))
+        (tmp / ".ukl-unpacked").write_text(f"{what}\n" + "".join(f"{p.name}\n" for p in s.patches))
         shutil.rmtree(tree, ignore_errors=True)
         tmp.rename(tree)
     return tree

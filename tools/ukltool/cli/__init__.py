@@ -15,6 +15,7 @@ from ukltool.apps import recipes
 from ukltool.cli.apptest import apptest_parser
 from ukltool.cli.bench import bench_parser
 from ukltool.cli.build import build_parser
+from ukltool.cli.cluster import cluster_parser
 from ukltool.cli.common import BENCH_SUITES, Formatter, add_command, cmd_sources, deprecated
 from ukltool.cli.conformance import conformance_parser
 from ukltool.cli.kernel import cmd_configs, kernel_parser
@@ -32,7 +33,7 @@ def version() -> str:
     return f"ukl {v} ({where})"
 
 
-GROUPS = (("build and run", ("build", "run", "pkg", "configs")),
+GROUPS = (("build and run", ("build", "run", "cluster", "pkg", "configs")),
           ("measure and test", ("bench", "apptest", "conformance")),
           ("develop", ("kernel", "libc", "sources")))
 
@@ -64,6 +65,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND", required=True, help=argparse.SUPPRESS, prog="ukl")
     build_parser(sub)
     run_parser(sub)
+    cluster_parser(sub)
     pkg_parser(sub)
     c = add_command(sub, "configs", "list the kernel configurations and the UKL options",
                     "The kernel configurations (kernel/configs) and the UKL options (kernel/options.toml) that make "

@@ -21,6 +21,10 @@ WARNING (the lines are shown); {vm.EXIT_NO_STATUS} when the VM ended without rep
 {vm.EXIT_SHADOW_DIED} when the --remote shadow process ended (see OUTDIR/shadow.log)."""
 
 
+# a unicast MAC address (the first octet's low bit clear)
+MAC = re.compile(r"[0-9a-fA-F][02468aceACE](:[0-9a-fA-F]{2}){5}")
+
+
 def run_smp(smp: int | None, icount: bool) -> int:
     """Virtual CPUs for `ukl run`: 2, or 1 with --icount (-icount with
     sleep=off cannot bring up a second CPU); --smp 2 --icount is refused."""
@@ -81,6 +85,8 @@ def run_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--tap", metavar="IFNAME",
                    help="connect the guest's eth0 (10.0.2.15/24, gateway 10.0.2.2) to the existing tap device "
                    "IFNAME instead of QEMU's user network; --forward does not apply")
+    g.add_argument("--mac", metavar="MAC",
+                   help="eth0's MAC address (default QEMU's 52:54:00:12:34:56; guests on one network need their own)")
     g = r.add_argument_group("shell (images built with --userspace)")
     sh = g.add_mutually_exclusive_group()
     sh.add_argument("--sh", metavar="COMMANDS",
@@ -147,6 +153,9 @@ def cmd_run(a: argparse.Namespace) -> int:
     if a.tap and not Path(f"/sys/class/net/{a.tap}/tun_flags").is_file():
         raise UklError(f"--tap {a.tap}: no tap device of that name in this network namespace",
                        f"create it first: ip tuntap add dev {a.tap} mode tap; ip link set {a.tap} up")
+    if a.mac is not None and not MAC.fullmatch(a.mac):
+        raise UklError(f"--mac {a.mac!r} is not a unicast MAC address",
+                       "write six hex pairs with colons, the first even: 52:54:00:12:34:57")
     if a.remote is not None and not a.remote.is_dir():
         raise UklError(f"--remote {a.remote}: not a directory",
                        "name an existing directory on the host for the application's remote files")
@@ -184,7 +193,7 @@ def cmd_run(a: argparse.Namespace) -> int:
                                  remote_idle_us=a.remote_idle_us, remote_notify=a.remote_notify,
                                  side_dir=a.outdir, machine=a.machine, direct=a.direct,
                                  pid1=f"/ukl/{man.app}" if a.pid1 else None, pid1_args=list(app_args),
-                                 initramfs=not a.no_initramfs, core_disk=disk))
+                                 initramfs=not a.no_initramfs, core_disk=disk, mac=a.mac))
         if disk is not None:
             show_cores(disk, a.core, man, a.outdir)
     if res.failures:

@@ -63,14 +63,45 @@ def setup_commands(name: str) -> list[list[str]]:
             ["ip", "-n", name, "link", "set", TAP, "up"]]
 
 
+# `ukl cluster`: guests on a bridge, each with its own tap device
+BRIDGE = "uklbr0"
+BRIDGE_NET = "10.0.3"
+BRIDGE_IP = f"{BRIDGE_NET}.1"
+
+
+def node_address(i: int) -> str:
+    return f"{BRIDGE_NET}.{11 + i}"
+
+
+def node_tap(i: int) -> str:
+    return f"ukltap{i}"
+
+
+def bridge_commands(name: str, nodes: int) -> list[list[str]]:
+    """The ip commands that make namespace NAME with a bridge (BRIDGE_IP/24,
+    no spanning tree, so a port forwards at once) and NODES tap devices on it."""
+    cmds = [["ip", "netns", "add", name],
+            ["ip", "-n", name, "link", "set", "lo", "up"],
+            ["ip", "-n", name, "link", "add", BRIDGE, "type", "bridge", "stp_state", "0"],
+            ["ip", "-n", name, "addr", "add", f"{BRIDGE_IP}/24", "dev", BRIDGE],
+            ["ip", "-n", name, "link", "set", BRIDGE, "up"]]
+    for i in range(nodes):
+        tap = node_tap(i)
+        cmds += [["ip", "-n", name, "tuntap", "add", "dev", tap, "mode", "tap"],
+                 ["ip", "-n", name, "link", "set", tap, "master", BRIDGE],
+                 ["ip", "-n", name, "link", "set", tap, "up"]]
+    return cmds
+
+
 @contextmanager
-def private_network() -> Iterator[Netns]:
-    """A fresh namespace with the tap device up, removed afterwards."""
+def private_network(bridged: int = 0) -> Iterator[Netns]:
+    """A fresh namespace with the tap device up, removed afterwards; with
+    BRIDGED > 0, that many tap devices on a bridge instead."""
     why = unavailable()
     if why:
         raise UklError(why, "run as root on a host with /dev/net/tun")
     ns = Netns(f"ukl-{os.getpid()}-{next(_serial)}")
-    cmds = setup_commands(ns.name)
+    cmds = bridge_commands(ns.name, bridged) if bridged else setup_commands(ns.name)
     run(cmds[0], what=f"creating network namespace {ns.name}")
     try:
         for cmd in cmds[1:]:

@@ -63,6 +63,7 @@ class RunSpec:
     pid1_args: list[str] = field(default_factory=list)  # its arguments (after "--" on the command line)
     initramfs: bool = True  # False: load none (PID1 only: the kernel makes the application's file, ukl.init=)
     core_disk: Path | None = None  # `ukl run --core`: the disk init writes the cores to (ukltool.run.cores)
+    mac: str | None = None    # eth0's MAC address (default QEMU's; guests on one bridge need their own)
 
 
 @dataclass
@@ -341,9 +342,10 @@ def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path | None, stat
     # Extra QEMU arguments for debugging (UKL_QEMU_ARGS="-s -S": gdb stub)
     cmd += shlex.split(os.environ.get("UKL_QEMU_ARGS", ""))
     nic = "virtio-net-device" if spec.machine == "microvm" else "virtio-net-pci"  # virtio-mmio without PCI
+    mac = f",mac={spec.mac}" if spec.mac else ""
     if spec.tap:
         cmd += ["-netdev", f"tap,id=n0,ifname={spec.tap},script=no,downscript=no",
-                "-device", f"{nic},netdev=n0"]
+                "-device", f"{nic},netdev=n0{mac}"]
         return cmd
     if spec.icount and not spec.forwards:
         # Packets from the host arrive at host-chosen moments: no network
@@ -352,7 +354,7 @@ def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path | None, stat
     net = "user,id=n0"
     for host, guest in spec.forwards:
         net += f",hostfwd=tcp:127.0.0.1:{host}-:{guest}"
-    cmd += ["-netdev", net, "-device", f"{nic},netdev=n0"]
+    cmd += ["-netdev", net, "-device", f"{nic},netdev=n0{mac}"]
     return cmd
 
 
