@@ -541,3 +541,30 @@ def test_bench_app_names_choose_among_the_benchmarks():
     assert cli_bench._bench_apps(["redis-explicit", "redis", "redis"], every) == ["redis-explicit", "redis"]
     with pytest.raises(UklError, match="nope: not among these benchmarks"):
         cli_bench._bench_apps(["redis", "nope"], every)
+
+
+def test_cluster_nodes_get_an_address_a_rank_and_their_peers():
+    from ukltool.run import cluster, netns
+    words = cluster.node_env(1, 3)
+    assert words == ["ip=10.0.3.12::10.0.3.1:255.255.255.0:node1:eth0:off", "UKL_RANK=1",
+                     "UKL_HOSTS=10.0.3.11,10.0.3.12,10.0.3.13"]
+    macs = {cluster.node_mac(i) for i in range(cluster.MAX_NODES)}
+    assert len(macs) == cluster.MAX_NODES and all(int(m.split(":")[0], 16) % 2 == 0 for m in macs)
+    cmds = netns.bridge_commands("ns", 3)
+    assert ["ip", "-n", "ns", "link", "set", "ukltap2", "master", netns.BRIDGE] in cmds
+    assert ["ip", "-n", "ns", "addr", "add", "10.0.3.1/24", "dev", netns.BRIDGE] in cmds
+    cmd = cluster.run_command(Path("out/x"), 2, 3, Path("l/node2.log"), ["--icount"], ["128", "1"])
+    assert cmd[1:6] == ["run", "out/x", "--tap", "ukltap2", "--mac"] and cmd[-3:] == ["--", "128", "1"]
+    assert "--append=UKL_RANK=2" in cmd and "--icount" in cmd
+
+
+def test_a_recipe_says_how_many_guests_its_default_run_needs(tmp_path, monkeypatch):
+    from ukltool.apps import recipes
+    assert recipes.load("secrecy").nodes == 3 and recipes.load("redis").nodes == 1
+    monkeypatch.setattr(recipes, "APPS_DIR", tmp_path)
+    (tmp_path / "x").mkdir()
+    head = 'schema = 1\ndescription = "x"\n[source]\ntree = "guest/mpi"\n[build]\nprogram = "x"\n[image]\n'
+    for bad in ("0", "17", "true"):
+        (tmp_path / "x" / "recipe.toml").write_text(head + f"nodes = {bad}\n")
+        with pytest.raises(UklError, match="nodes|'nodes' must be"):
+            recipes.load("x")

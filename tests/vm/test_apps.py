@@ -39,7 +39,12 @@ def test_recipe_builds_runs_and_passes_its_smoke_test(outdir, name, config):
     for want in r.smoke.expect:
         assert any(want in l for l in lines), (want, lines[-40:])
     assert_clean(out / "console.log")
-    if not r.forwards:  # not a server: the default run completes
+    if r.nodes > 1:  # several guests: the default run is a cluster's
+        res = ukl("cluster", out, "--timeout", str(r.smoke.timeout))
+        assert res.returncode == 0, res.stdout[-3000:]
+        for i in range(r.nodes):
+            assert_clean(out / "cluster" / f"node{i}.log")
+    elif not r.forwards:  # not a server: the default run completes
         res = ukl("run", out, "--timeout", str(r.smoke.timeout))
         assert res.returncode == 0, res.stdout[-3000:]
         assert_clean(out / "console.log")

@@ -142,6 +142,7 @@ class Recipe:
     netbench: NetBench | None = None
     extends: str = ""               # the recipe this one modifies (its patches, its name)
     specialize: list[tuple[str, str]] = field(default_factory=list)  # [specialize] options: (CONFIG_X, reason)
+    nodes: int = 1                  # guests its default run needs (`ukl cluster --nodes`); 1: `ukl run`
 
 
 # In configure and make arguments: {prefix} is where a library recipe
@@ -322,7 +323,10 @@ def load(name: str) -> Recipe:
         files.append((src_file, item[1]))
     args = [str(a) for a in _take(img, "args", list, w, [])]
     forwards = [(int(f[0]), int(f[1])) for f in _take(img, "forward", list, w, [])]
+    nodes = _take(img, "nodes", int, w, 1)
     _done(img, w)
+    if isinstance(nodes, bool) or not 1 <= nodes <= 16:
+        raise UklError(f"{w}: nodes = {nodes} is not 1 to 16 (the guests its default run needs)", "see apps/README.md")
     smoke = None
     if "smoke" in data:
         s = _take(data, "smoke", dict, where)
@@ -375,7 +379,7 @@ def load(name: str) -> Recipe:
     description = _take(data, "description", str, where)
     _done(data, where)
     return Recipe(name, description, source, opts, [str(p) for p in host_packages], files, args,
-                  forwards, smoke, depends, bench, tests, netbench, parent, special)
+                  forwards, smoke, depends, bench, tests, netbench, parent, special, nodes)
 
 
 TARBALL_FILE = re.compile(r"[A-Za-z0-9._+-]+(/[A-Za-z0-9._+-]+)*")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ukltool.apps import recipes
 from ukltool.build import image
 from ukltool.cli.common import add_command, icount_option, option_list, timeout_option
 from ukltool.linux import kernel, profiles
@@ -21,11 +22,12 @@ def cluster_parser(sub: argparse._SubParsersAction) -> None:
                     "node is a `ukl run` of the image, its output shown prefixed with [I]. The exit status is 0 "
                     "when every node's application exited 0; otherwise the first failed node's status, and the "
                     "other nodes are stopped. Needs root and /dev/net/tun.",
-                    ("ukl cluster out/secrecy --nodes 3 -- 100 8",
-                     "ukl cluster out/secrecy --nodes 3 --opts byp,ret --timeout 1200 -- 1000 8"), listed=False)
+                    ("ukl cluster out/ring --nodes 3",
+                     "ukl cluster out/secrecy -- 1024 1",
+                     "ukl cluster out/secrecy --opts ret,byp,shortcut --timeout 1200 -- 8192 1"), listed=False)
     c.add_argument("outdir", type=Path, metavar="OUTDIR")
-    c.add_argument("--nodes", type=int, default=3, metavar="N",
-                   help=f"how many guests (2 to {cluster.MAX_NODES}; default 3)")
+    c.add_argument("--nodes", type=int, default=None, metavar="N",
+                   help=f"how many guests (2 to {cluster.MAX_NODES}; default the recipe's nodes, else 3)")
     timeout_option(c, 300.0)
     icount_option(c)
     c.add_argument("--opts", metavar="OPTS",
@@ -57,8 +59,19 @@ def run_args(a: argparse.Namespace) -> list[str]:
     return out
 
 
+def recipe_nodes(man: image.Manifest) -> int | None:
+    """The guests the recipe OUTDIR was built from says its default run
+    needs ([image] nodes), if it says more than one."""
+    if man.recipe is None or man.recipe not in recipes.names():
+        return None
+    nodes = recipes.load(man.recipe).nodes
+    return nodes if nodes > 1 else None
+
+
 def cmd_cluster(a: argparse.Namespace) -> int:
     man = image.load(a.outdir)   # refuses what is not a build result
+    if a.nodes is None:
+        a.nodes = recipe_nodes(man) or 3
     if not 2 <= a.nodes <= cluster.MAX_NODES:
         raise UklError(f"--nodes {a.nodes}: a cluster has 2 to {cluster.MAX_NODES} nodes", "for example --nodes 3")
     if not image.has_network_device(man):

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from ukltool.build import image, initramfs
+from ukltool.cli.cluster import recipe_nodes
 from ukltool.cli.common import add_command, forward_arg, icount_option, option_list, timeout_option
 from ukltool.linux import kernel, profiles
 from ukltool.run import cores, remote, vm
@@ -144,6 +145,9 @@ def cmd_run(a: argparse.Namespace) -> int:
         raise UklError("--shell needs a terminal on standard input", "use --sh 'COMMANDS' in scripts")
     log = a.log or a.outdir / "console.log"
     app_args = a.args if a.args or sh is not None else man.args
+    nodes = recipe_nodes(man)
+    if nodes and sh is None and not a.tap:
+        ui.warn(f"{man.recipe} runs on {nodes} guests: `ukl cluster {a.outdir}` boots them; this is one alone")
     if a.tap and a.forward:
         raise UklError("--forward and --tap cannot be combined: a tap device gives the guest its own address",
                        "connect to 10.0.2.15 through the tap device instead")

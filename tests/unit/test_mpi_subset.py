@@ -1,0 +1,233 @@
+"""ukl-mpi (guest/mpi), the MPI subset Secrecy's parties talk through, on
+the host: tests/apps/mpicheck.c built against it runs as three processes
+on 127.0.0.1 with the UKL_MPI_* environment, and prints what the same
+program prints under Debian's MPICH (mpicc, mpiexec); MPI_Abort's status,
+the setup's timeouts, bad values and the singleton world. No VM."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ukltool.util.paths import REPO
+from ukltool.util.proc import host_cc
+
+MPI_DIR = REPO / "guest" / "mpi"
+APP = REPO / "tests" / "apps" / "mpicheck.c"
+CASES = ["ring", "waitall", "blocking", "tags", "order", "large", "empty", "self"]
+# mpicheck's calls per rank: MPI_Send and MPI_Isend; MPI_Recv, MPI_Wait and MPI_Waitall
+SEND_CALLS, RECV_CALLS = 19, 21
+STATS = re.compile(r"ukl-mpi: rank (\d+) stats send (\d+) (\d+) (\d+) recv (\d+) (\d+) (\d+) polls (\d+) sleeps (\d+)")
+
+
+@dataclass
+class Rank:
+    rc: int
+    out: str
+    err: str
+
+
+@pytest.fixture(scope="module")
+def mpicheck(tmp_path_factory) -> Path:
+    """mpicheck linked with libukl-mpi.a, made and installed by
+    guest/mpi/Makefile as apps/ukl-mpi does, all warning-free."""
+    d = tmp_path_factory.mktemp("ukl-mpi")
+    shutil.copytree(MPI_DIR, d / "src")
+    subprocess.run(["make", "-s", "-C", str(d / "src"), f"CC={host_cc()}", "CFLAGS=-O2 -Werror",
+                    f"PREFIX={d / 'prefix'}", "install"], check=True)
+    exe = d / "mpicheck"
+    subprocess.run([host_cc(), "-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-I", str(d / "prefix" / "include"),
+                    "-o", str(exe), str(APP), "-L", str(d / "prefix" / "lib"), "-lukl-mpi"], check=True)
+    return exe
+
+
+def free_ports(n: int) -> list[int]:
+    """N ports nothing listens on now (bound to port 0 at once, then closed)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("UKL_MPI_") and k not in ("UKL_HOSTS", "UKL_RANK")}
+    env.update(extra)
+    return env
+
+
+def run_all(exe: Path, args: tuple[str, ...], envs: list[dict[str, str]], timeout: float) -> list[Rank]:
+    """EXE ARGS once per environment in ENVS, all at once; their statuses
+    and output, in that order. None outlives the call."""
+    procs = [subprocess.Popen([str(exe), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for env in envs]
+    results = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=timeout)
+            results.append(Rank(p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    return results
+
+
+def run_ranks(exe: Path, *args: str, n: int = 3, ranks: list[int] | None = None, timeout: float = 30,
+              **env: str) -> list[Rank]:
+    """Ranks RANKS (default: all N) of EXE ARGS, one process each, on
+    127.0.0.1 with free ports; their statuses and output, by rank."""
+    hosts = ",".join(f"127.0.0.1:{p}" for p in free_ports(n))
+    return run_all(exe, args, [clean_env(UKL_MPI_HOSTS=hosts, UKL_MPI_RANK=str(r), **env)
+                               for r in (range(n) if ranks is None else ranks)], timeout)
+
+
+def assert_all_ok(r: int, n: int, out: str, cases: list[str] = CASES) -> None:
+    lines = out.splitlines()
+    assert lines[0] == f"rank {r}: of {n}", out
+    assert [line.split(" ok:")[0] for line in lines[1:-1]] == [f"rank {r}: {c}" for c in cases], out
+    assert lines[-1] == f"rank {r}: all ok", out
+
+
+@pytest.mark.parametrize("wait", ["block", "spin"])
+def test_three_ranks_pass_every_case_and_count_their_calls(mpicheck, wait):
+    ranks = run_ranks(mpicheck, UKL_MPI_WAIT=wait, UKL_MPI_STATS="1")
+    for r, res in enumerate(ranks):
+        assert res.rc == 0, res.err
+        assert_all_ok(r, 3, res.out)
+        m = STATS.fullmatch(res.err.strip())
+        assert m, res.err
+        rank, sends, send_ns, send_sq, recvs, recv_ns, recv_sq, polls, sleeps = map(int, m.groups())
+        assert (rank, sends, recvs) == (r, SEND_CALLS, RECV_CALLS)
+        # Cauchy-Schwarz: the sum of squares is at least the square of the sum over N
+        assert send_ns > 0 and send_sq * sends >= send_ns**2
+        assert recv_ns > 0 and recv_sq * recvs >= recv_ns**2
+        assert polls > 0
+        assert sleeps == (polls if wait == "block" else 0)
+
+
+def test_send_progresses_while_every_rank_sends_4_mib(mpicheck):
+    """Every rank's MPI_Send of 4 MiB comes before its MPI_Recv: MPI_Send
+    reads what arrives while it writes, so the ring does not deadlock."""
+    for r, res in enumerate(run_ranks(mpicheck, "sendall")):
+        assert res.rc == 0, res.err
+        assert_all_ok(r, 3, res.out, ["sendall"])
+        assert res.err == ""
+
+
+def test_ukl_cluster_variables_stand_in(mpicheck):
+    """`ukl cluster` tells each node UKL_HOSTS and UKL_RANK: without
+    UKL_MPI_HOSTS, they are the world (ports from UKL_MPI_PORT, or in
+    the entries)."""
+    hosts = ",".join(f"127.0.0.1:{p}" for p in free_ports(3))
+    ranks = run_all(mpicheck, ("sendall",), [clean_env(UKL_HOSTS=hosts, UKL_RANK=str(r)) for r in range(3)], 30)
+    for r, res in enumerate(ranks):
+        assert res.rc == 0, res.err
+        assert_all_ok(r, 3, res.out, ["sendall"])
+    bad = subprocess.run([str(mpicheck)], capture_output=True, text=True, timeout=30,
+                         env=clean_env(UKL_HOSTS="10.0.3.11,10.0.3.12", UKL_RANK="2"))
+    assert (bad.returncode, bad.stderr) == (
+        1, "ukl-mpi: rank ?: invalid value '2': expected an integer from 0 to 1 (UKL_RANK)\n")
+
+
+def test_no_environment_is_a_world_of_one(mpicheck):
+    res = subprocess.run([str(mpicheck)], capture_output=True, text=True, env=clean_env(), timeout=30)
+    assert res.returncode == 0, res.stderr
+    assert_all_ok(0, 1, res.stdout)
+    assert res.stderr == ""
+    res = subprocess.run([str(mpicheck), "abort"], capture_output=True, text=True, env=clean_env(), timeout=30)
+    assert (res.returncode, res.stderr) == (7, "ukl-mpi: rank 0: MPI_Abort(7)\n")
+
+
+def test_abort_ends_the_rank_with_its_code_and_the_others_with_an_error(mpicheck):
+    ranks = run_ranks(mpicheck, "abort")
+    assert ranks[1].rc == 7
+    assert ranks[1].err == "ukl-mpi: rank 1: MPI_Abort(7)\n"
+    assert ranks[1].out.splitlines()[-1] == "rank 1: MPI_Abort with code 7"
+    for r in (0, 2):
+        assert ranks[r].rc == 1
+        assert re.fullmatch(rf"ukl-mpi: rank {r}: the connection closed while waiting for a message with tag 99 "
+                            r"\(rank 1 at 127\.0\.0\.1:\d+\)\n", ranks[r].err), ranks[r].err
+
+
+def test_a_peer_that_never_comes_up_is_an_error_within_the_timeout(mpicheck):
+    t0 = time.monotonic()
+    (res,) = run_ranks(mpicheck, n=2, ranks=[1], UKL_MPI_TIMEOUT="1")
+    assert time.monotonic() - t0 < 5
+    assert res.rc == 1
+    assert re.fullmatch(r"ukl-mpi: rank 1: no connection to rank 0 at 127\.0\.0\.1:\d+ within 1 s: "
+                        r"Connection refused \(UKL_MPI_TIMEOUT\)\n", res.err), res.err
+    t0 = time.monotonic()
+    (res,) = run_ranks(mpicheck, n=3, ranks=[0], UKL_MPI_TIMEOUT="1")
+    assert time.monotonic() - t0 < 5
+    assert (res.rc, res.err) == (1, "ukl-mpi: rank 0: ranks 1, 2 did not connect within 1 s (UKL_MPI_TIMEOUT)\n")
+
+
+def test_ranks_with_different_worlds_do_not_connect(mpicheck):
+    p0, p1, p2 = free_ports(3)
+    two = f"127.0.0.1:{p0},127.0.0.1:{p1}"
+    r0, r1 = run_all(mpicheck, (), [clean_env(UKL_MPI_HOSTS=hosts, UKL_MPI_RANK=rank, UKL_MPI_TIMEOUT="5")
+                                    for hosts, rank in ((two, "0"), (f"{two},127.0.0.1:{p2}", "1"))], 30)
+    assert (r0.rc, r1.rc) == (1, 1)
+    assert r0.err == "ukl-mpi: rank 0: rank 1 (127.0.0.1) has a world of 3 ranks, this rank 2 (UKL_MPI_HOSTS)\n"
+    assert re.fullmatch(r"ukl-mpi: rank 1: the connection closed during the setup "
+                        rf"\(rank 0 at 127\.0\.0\.1:{p0}\)\n", r1.err), r1.err
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"UKL_MPI_RANK": "3"}, "invalid value '3': expected an integer from 0 to 1 (UKL_MPI_RANK)"),
+    ({"UKL_MPI_RANK": "one"}, "invalid value 'one': expected an integer from 0 to 1 (UKL_MPI_RANK)"),
+    ({"UKL_MPI_RANK": None}, "UKL_MPI_HOSTS is set but UKL_MPI_RANK is not (UKL_MPI_RANK)"),
+    ({"UKL_MPI_WAIT": "fast"}, "invalid value 'fast': expected block or spin (UKL_MPI_WAIT)"),
+    ({"UKL_MPI_TIMEOUT": "0"}, "invalid value '0': expected an integer from 1 to 86400 (UKL_MPI_TIMEOUT)"),
+    ({"UKL_MPI_PORT": "70000"}, "invalid value '70000': expected an integer from 1 to 65535 (UKL_MPI_PORT)"),
+    ({"UKL_MPI_STATS": "yes"}, "invalid value 'yes': expected 0 or 1 (UKL_MPI_STATS)"),
+    ({"UKL_MPI_HOSTS": "10.0.0.1,10.0.0"}, "entry 1: '10.0.0' is not an IPv4 address (UKL_MPI_HOSTS)"),
+    ({"UKL_MPI_HOSTS": "10.0.0.1,,10.0.0.3"},
+     "entry 1 of '10.0.0.1,,10.0.0.3' is empty: expected ADDR or ADDR:PORT (UKL_MPI_HOSTS)"),
+    ({"UKL_MPI_HOSTS": "10.0.0.1:0,10.0.0.2"}, "entry 0: '0' is not a port from 1 to 65535 (UKL_MPI_HOSTS)"),
+    ({"UKL_MPI_HOSTS": ""}, "UKL_MPI_HOSTS is empty (unset it for a world of one rank) (UKL_MPI_HOSTS)"),
+    ({"UKL_MPI_HOSTS": None, "UKL_MPI_RANK": "1"},
+     "UKL_MPI_RANK=1 without UKL_MPI_HOSTS (a world of one rank) (UKL_MPI_RANK)"),
+])
+def test_bad_values_are_named(mpicheck, env, message):
+    full = {"UKL_MPI_HOSTS": "10.0.0.1,10.0.0.2", "UKL_MPI_RANK": "0", **env}
+    res = subprocess.run([str(mpicheck)], capture_output=True, text=True, timeout=30,
+                         env=clean_env(**{k: v for k, v in full.items() if v is not None}))
+    assert (res.returncode, res.stdout, res.stderr) == (1, "", f"ukl-mpi: rank ?: {message}\n")
+
+
+def test_mpich_prints_the_same(mpicheck, tmp_path):
+    """The same program under Debian's MPICH: the same lines on every rank,
+    and MPI_Abort's code as mpiexec's status."""
+    mpicc, mpiexec = shutil.which("mpicc"), shutil.which("mpiexec")
+    if not mpicc or not mpiexec:
+        pytest.skip("Debian's MPICH (mpicc, mpiexec) is not installed: apt-get install mpich libmpich-dev")
+    exe = tmp_path / "mpicheck-mpich"
+    subprocess.run([mpicc, "-O2", "-o", str(exe), str(APP)], check=True)
+
+    def mpich(*args: str) -> tuple[int, list[str]]:
+        res = subprocess.run([mpiexec, "-launcher", "fork", "-n", "3", "-outfile-pattern", str(tmp_path / "out.%r"),
+                              str(exe), *args], capture_output=True, text=True, timeout=60, env=clean_env())
+        return res.returncode, [(tmp_path / f"out.{r}").read_text() for r in range(3)]
+
+    rc, outs = mpich()
+    assert rc == 0, outs
+    ours = run_ranks(mpicheck)
+    for r in range(3):
+        assert_all_ok(r, 3, outs[r])
+        assert ours[r].out == outs[r]
+    rc, _ = mpich("abort")
+    assert rc != 0
