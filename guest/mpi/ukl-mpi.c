@@ -65,23 +65,26 @@
  *   ukl-mpi: rank R: WHAT (VARIABLE, PEER OR CALL)
  * (R is "?" before the rank is known), and exit status 1. MPI_Abort(comm,
  * code) prints "ukl-mpi: rank R: MPI_Abort(code)" and ends the process at
- * once with status code (_exit). There is no launcher to kill the other
+ * once with status code (_exit; its low 8 bits, or 1 where those are 0). There is no launcher to kill the other
  * ranks: they see the connection close, and end with an error when they
  * wait for a message from the aborted rank, or from a rank that ended so.
  *
  * Statistics: with UKL_MPI_STATS=1, MPI_Finalize prints first, on stderr,
- *   ukl-mpi: rank R stats send N TOTAL_NS SUMSQ recv N TOTAL_NS SUMSQ polls P sleeps S
+ *   ukl-mpi: rank R stats send N TOTAL_NS SUMSQ recv N TOTAL_NS SUMSQ polls P sleeps S vcsw V ivcsw I
  * "send" covers the calls MPI_Send and MPI_Isend, "recv" the calls that
  * wait for completion, MPI_Recv, MPI_Wait and MPI_Waitall: N calls, the
  * time spent inside them in ns (CLOCK_MONOTONIC) and the sum of the
  * squares of each call's ns (exact, in decimal; mean = TOTAL/N, variance
  * = SUMSQ/N - mean^2). P: poll() calls of the progress engine until then;
  * S: those of them with a nonzero timeout, which may sleep (UKL_MPI_WAIT=
- * spin never does). The times are only taken when UKL_MPI_STATS=1.
+ * spin never does). V and I: the process's voluntary and involuntary
+ * context switches since MPI_Init returned (getrusage): V counts the
+ * times it went to sleep, waiting. The times are only taken when UKL_MPI_STATS=1.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -91,6 +94,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -187,6 +191,7 @@ static struct {
 	struct ukl_mpi_request *free_reqs;
 	struct bucket send, recv;
 	uint64_t polls, sleeps;
+	struct rusage start;	/* at the end of MPI_Init */
 } w = { .rank = -1 };
 
 static void vsay(const char *fmt, va_list ap)
@@ -787,9 +792,10 @@ static void begin_message(struct peer *p, int src, const struct wire_hdr *h)
 	struct ukl_mpi_request *r;
 	char name[64];
 
-	if (h->magic != MSG_MAGIC || h->tag < 0)
-		die(peer_name(src, name, sizeof(name)), "garbled message header (magic %08x, tag %d)",
-		    h->magic, h->tag);
+	/* no valid message is longer than INT_MAX elements of 8 bytes */
+	if (h->magic != MSG_MAGIC || h->tag < 0 || h->len > (uint64_t)INT_MAX * 8)
+		die(peer_name(src, name, sizeof(name)), "garbled message header (magic %08x, tag %d, length %llu)",
+		    h->magic, h->tag, (unsigned long long)h->len);
 	r = take_posted(p, h->tag);
 	if (r) {
 		if (h->len > r->len)
@@ -949,6 +955,8 @@ static bool progress(int timeout)
 		if (!re)
 			continue;
 		res--;
+		if (re & POLLNVAL)
+			die("poll", "the connection's descriptor %d is not open", w.pfd[i].fd);
 		if ((re & (POLLIN | POLLHUP | POLLERR)) && !p->eof)
 			input(p, w.pfd_peer[i]);
 		if ((re & (POLLOUT | POLLHUP | POLLERR)) && p->sendq)
@@ -1139,6 +1147,7 @@ int MPI_Init(int *argc, char ***argv)
 	read_env();
 	if (w.size > 1)
 		setup();
+	getrusage(RUSAGE_SELF, &w.start);
 	w.state = 1;
 	return MPI_SUCCESS;
 }
@@ -1248,18 +1257,24 @@ int MPI_Abort(MPI_Comm comm, int errorcode)
 		fprintf(stderr, "ukl-mpi: rank %d: MPI_Abort(%d)\n", w.rank, errorcode);
 	else
 		fprintf(stderr, "ukl-mpi: rank ?: MPI_Abort(%d)\n", errorcode);
-	_exit(errorcode);
+	/* an exit status is 8 bits: a code that would read as success is 1 */
+	_exit(errorcode & 0xff ? errorcode & 0xff : 1);
 }
 
 static void print_stats(void)
 {
 	char a[48], b[48];
 
-	fprintf(stderr, "ukl-mpi: rank %d stats send %llu %llu %s recv %llu %llu %s polls %llu sleeps %llu\n",
+	struct rusage now;
+
+	getrusage(RUSAGE_SELF, &now);
+	fprintf(stderr, "ukl-mpi: rank %d stats send %llu %llu %s recv %llu %llu %s polls %llu sleeps %llu "
+		"vcsw %ld ivcsw %ld\n",
 		w.rank, (unsigned long long)w.send.n, (unsigned long long)w.send.ns,
 		u128_str(w.send.sq, a, sizeof(a)), (unsigned long long)w.recv.n,
 		(unsigned long long)w.recv.ns, u128_str(w.recv.sq, b, sizeof(b)),
-		(unsigned long long)w.polls, (unsigned long long)w.sleeps);
+		(unsigned long long)w.polls, (unsigned long long)w.sleeps,
+		now.ru_nvcsw - w.start.ru_nvcsw, now.ru_nivcsw - w.start.ru_nivcsw);
 }
 
 int MPI_Finalize(void)

@@ -4,7 +4,8 @@
  * 7000, connects to node R+1 (its successor, from UKL_HOSTS), sends its
  * rank and receives its predecessor's, then prints both. The test of the
  * cluster's network and environment. With the argument "fail", node 1
- * exits with status 3 at once (the others then wait for it forever).
+ * exits with status 3 at once (the others then wait for it forever); with
+ * "hang", every node waits forever after the exchange.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -65,5 +66,10 @@ int main(int argc, char **argv)
 	if (write(cfd, &rank, sizeof(rank)) != sizeof(rank) || read(afd, &pred, sizeof(pred)) != sizeof(pred))
 		return fail("exchange");
 	printf("node %d of %d at %s: token from node %d\n", rank, n, addr[rank], pred);
+	if (argc > 1 && !strcmp(argv[1], "hang")) {
+		fflush(stdout);
+		for (;;)
+			pause();
+	}
 	return pred == (rank + n - 1) % n ? 0 : 1;
 }

@@ -25,7 +25,8 @@ APP = REPO / "tests" / "apps" / "mpicheck.c"
 CASES = ["ring", "waitall", "blocking", "tags", "order", "large", "empty", "self"]
 # mpicheck's calls per rank: MPI_Send and MPI_Isend; MPI_Recv, MPI_Wait and MPI_Waitall
 SEND_CALLS, RECV_CALLS = 19, 21
-STATS = re.compile(r"ukl-mpi: rank (\d+) stats send (\d+) (\d+) (\d+) recv (\d+) (\d+) (\d+) polls (\d+) sleeps (\d+)")
+STATS = re.compile(r"ukl-mpi: rank (\d+) stats send (\d+) (\d+) (\d+) recv (\d+) (\d+) (\d+) polls (\d+) sleeps (\d+) "
+                   r"vcsw (\d+) ivcsw (\d+)")
 
 
 @dataclass
@@ -109,13 +110,15 @@ def test_three_ranks_pass_every_case_and_count_their_calls(mpicheck, wait):
         assert_all_ok(r, 3, res.out)
         m = STATS.fullmatch(res.err.strip())
         assert m, res.err
-        rank, sends, send_ns, send_sq, recvs, recv_ns, recv_sq, polls, sleeps = map(int, m.groups())
+        rank, sends, send_ns, send_sq, recvs, recv_ns, recv_sq, polls, sleeps, vcsw, ivcsw = map(int, m.groups())
         assert (rank, sends, recvs) == (r, SEND_CALLS, RECV_CALLS)
         # Cauchy-Schwarz: the sum of squares is at least the square of the sum over N
         assert send_ns > 0 and send_sq * sends >= send_ns**2
         assert recv_ns > 0 and recv_sq * recvs >= recv_ns**2
         assert polls > 0
         assert sleeps == (polls if wait == "block" else 0)
+        # a rank that blocks goes to sleep at least once waiting for its peers
+        assert (vcsw > 0 or wait == "spin") and ivcsw >= 0
 
 
 def test_send_progresses_while_every_rank_sends_4_mib(mpicheck):

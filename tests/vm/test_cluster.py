@@ -4,7 +4,9 @@ around the ring over TCP); a failing node stops the others."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -48,9 +50,39 @@ def test_a_failed_node_stops_the_others_and_gives_its_status(tmp_path):
     assert namespaces() == before
 
 
+def qemus_of(out) -> int:
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return sum(1 for line in ps.splitlines() if "qemu-system" in line and str(out) in line)
+
+
+def test_a_stopped_cluster_leaves_no_guest_and_no_network(tmp_path):
+    """SIGTERM (and a closed terminal's SIGHUP) stop every node's QEMU and
+    remove the network namespace."""
+    out = build(RING, "base", tmp_path / "ring")
+    before = namespaces()
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        proc = subprocess.Popen([str(UKL), "cluster", str(out), "--nodes", "3", "--timeout", "600", "--", "hang"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                stdin=subprocess.DEVNULL)
+        assert proc.stdout is not None
+        seen = set()
+        deadline = time.monotonic() + 300
+        for line in proc.stdout:   # every node has passed the token on and hangs
+            seen |= {i for i in range(3) if line.startswith(f"[{i}] node {i} of 3")}
+            if len(seen) == 3 or time.monotonic() > deadline:
+                break
+        assert len(seen) == 3
+        proc.send_signal(sig)
+        proc.communicate(timeout=120)
+        assert proc.returncode != 0
+        assert qemus_of(out) == 0 and namespaces() == before
+
+
 def test_bad_requests_are_named(tmp_path):
     out = build(RING, "base", tmp_path / "ring")
     res = cluster(str(out), "--nodes", "1")
     assert res.returncode == 2 and "--nodes 1: a cluster has 2 to 16 nodes" in res.stdout
     res = cluster(str(tmp_path / "nothing"), "--nodes", "3")
     assert res.returncode == 2 and "Traceback" not in res.stdout
+    res = cluster(str(out), "--log-dir", "/dev/null")
+    assert res.returncode == 2 and "/dev/null exists and is not a directory" in res.stdout

@@ -112,7 +112,16 @@ def node(tmp_path_factory) -> Iterator[Node]:
                 proc.wait(timeout=60)
             remove_pods(ctd)
             ctd.stop()
+            unmount_under(work)
     assert not leftovers(ctd.root)
+
+
+def unmount_under(top: Path) -> None:
+    """Unmount what the kubelet mounted under TOP (its root directory, bound
+    onto itself), deepest first, so that the test leaves no mounts behind."""
+    mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    for m in sorted((m for m in mounts if m == str(top) or m.startswith(f"{top}/")), key=len, reverse=True):
+        subprocess.run(["umount", "-l", m], check=False)
 
 
 def static_pod(pod: dict, node: Node, image: str | None = None, args: list[str] | None = None) -> str:

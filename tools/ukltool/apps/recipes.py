@@ -489,11 +489,28 @@ def _shared_tarball(r: Recipe, ball: Tarball) -> Path:
                    "put it in one of those places, or set UKL_SHARED_DIR to the directory that holds it")
 
 
-def _tree_hash(top: Path) -> str:
+def _tree_files(tree: str) -> list[str]:
+    """The files git tracks under TREE (a directory of this repository):
+    what was built there by hand (objects, archives) is not the source."""
+    out = run(["git", "-C", str(REPO), "ls-files", "-z", "--", tree], what=f"listing {tree} (git ls-files)")
+    files = sorted(f for f in out.split("\0") if f)
+    if not files:
+        raise UklError(f"{tree} has no file git tracks", "add its sources to git")
+    return files
+
+
+def _tree_hash(files: list[str]) -> str:
     h = hashlib.sha256()
-    for f in sorted(p for p in top.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        h.update(f"{f.relative_to(top)}\0{f.stat().st_mode & 0o777:o}\0".encode() + f.read_bytes() + b"\0")
+    for f in files:
+        path = REPO / f
+        h.update(f"{f}\0{path.stat().st_mode & 0o777:o}\0".encode() + path.read_bytes() + b"\0")
     return h.hexdigest()[:12]
+
+
+def _tarballs_key(balls: list[Tarball]) -> str:
+    """The tarballs' pins: a new checksum or place is a new tree, even
+    where the recipe's version stays."""
+    return hashlib.sha256("".join(f"{b.file}\0{b.sha256}\0{b.into}\0" for b in balls).encode()).hexdigest()[:8]
 
 
 def fetch(r: Recipe) -> Path:
@@ -508,9 +525,10 @@ def fetch(r: Recipe) -> Path:
     if s.kind == "debian":
         base = f"{s.package}-{sources.upstream_version(s.version)}{'' if s.debian_patches else '-upstream'}"
     elif s.kind == "tarballs":
-        base = f"{r.name}-{s.version}"
+        base = f"{r.name}-{s.version}-{_tarballs_key(s.tarballs)}"
     else:
-        base = f"{r.name}-{_tree_hash(REPO / s.tree)}"
+        files = _tree_files(s.tree)
+        base = f"{r.name}-{_tree_hash(files)}"
     tree = cache_dir() / "apps" / "src" / f"{base}{'-' + ours if ours else ''}"
     if (tree / ".ukl-unpacked").is_file():
         return tree
@@ -536,13 +554,20 @@ def fetch(r: Recipe) -> Path:
                 for ball in s.tarballs:
                     dest = tmp / ball.into
                     dest.mkdir(parents=True, exist_ok=True)
-                    sources.extract_top_dir(_shared_tarball(r, ball), dest)
+                    # never through a link an earlier tarball made
+                    if not dest.resolve().is_relative_to(tmp.resolve()):
+                        raise UklError(f"apps/{r.name}: into '{ball.into}' leads out of the tree (through a link "
+                                       "an earlier tarball made)", "unpack it somewhere else")
+                    sources.extract_top_dir(_shared_tarball(r, ball), dest, strict=True)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
         else:
             what = s.tree
-            shutil.copytree(REPO / s.tree, tmp, ignore=shutil.ignore_patterns("__pycache__"))
+            for f in files:
+                target = tmp / Path(f).relative_to(s.tree)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(REPO / f, target)
         for patch in s.patches:
             with ui.step(f"applying {patch.name}"):
                 try:

@@ -113,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     elif app_args:
         parser().error("arguments after -- are only taken by `ukl run`")
     signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGHUP, _terminate)   # a closed terminal stops VMs and removes namespaces too
     problem = repo_problem()
     if problem:
         ui.err.print(f"ukl: error: {problem}", markup=False)

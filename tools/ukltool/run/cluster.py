@@ -22,6 +22,7 @@ the first failed node's."""
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -34,6 +35,8 @@ from pathlib import Path
 from ukltool.run import netns, vm
 from ukltool.util.errors import UklError
 from ukltool.util.paths import REPO
+from ukltool.util.proc import need_tool
+from ukltool.util.proc import run as run_tool
 
 MAX_NODES = 16
 
@@ -57,6 +60,36 @@ class ClusterResult:
     failed: int | None             # the first node that failed
     outputs: list[list[str]]       # each node's output lines
     seconds: float
+    tcp_segments: int | None = None  # TCP segments the bridge forwarded between the nodes (count_tcp)
+    tcp_bytes: int | None = None     # their bytes, IP headers included
+
+
+# nftables: a counter of the TCP segments the bridge forwards from one
+# guest to another (not those to or from the host's side of the bridge)
+TCP_COUNTER = """table bridge ukl {
+ chain forward {
+  type filter hook forward priority 0; policy accept;
+  ip protocol tcp counter
+ }
+}
+"""
+
+
+def _count_tcp(ns: netns.Netns) -> None:
+    run_tool(ns.exec(["nft", "-f", "-"]), input=TCP_COUNTER.encode(), what="adding the bridge's TCP counter (nft)")
+
+
+def _tcp_counted(ns: netns.Netns) -> tuple[int, int]:
+    out = run_tool(ns.exec(["nft", "-j", "list", "table", "bridge", "ukl"]), what="reading the bridge's TCP counter")
+    try:
+        for item in json.loads(out)["nftables"]:
+            for expr in item.get("rule", {}).get("expr", []):
+                if "counter" in expr:
+                    return int(expr["counter"]["packets"]), int(expr["counter"]["bytes"])
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise UklError(f"nft's listing of the bridge's TCP counter cannot be read: {e}",
+                       "check nft -j list table bridge ukl by hand") from None
+    raise UklError("the bridge's TCP counter is missing", "report this: nft lists no counter in table bridge ukl")
 
 
 def node_mac(i: int) -> str:
@@ -74,8 +107,11 @@ def node_env(i: int, nodes: int) -> list[str]:
 
 
 def run_command(outdir: Path, i: int, nodes: int, log: Path, run_args: list[str], app_args: list[str]) -> list[str]:
-    return [str(REPO / "ukl"), "run", str(outdir), "--tap", netns.node_tap(i), "--mac", node_mac(i),
-            "--log", str(log), *(f"--append={w}" for w in node_env(i, nodes)), *run_args, "--", *app_args]
+    """Node I's `ukl run`: it gets SIGTERM (and so stops its QEMU) if the
+    cluster's process dies without stopping it."""
+    return ["setpriv", "--pdeathsig", "TERM", str(REPO / "ukl"), "run", str(outdir), "--tap", netns.node_tap(i),
+            "--mac", node_mac(i), "--log", str(log), *(f"--append={w}" for w in node_env(i, nodes)), *run_args,
+            "--", *app_args]
 
 
 def _show(node: Node, data: bytes, flush: bool, show: bool) -> None:
@@ -93,15 +129,24 @@ def _show(node: Node, data: bytes, flush: bool, show: bool) -> None:
 
 
 def run(outdir: Path, nodes: int, log_dir: Path, run_args: list[str], app_args: list[str],
-        show: bool = True) -> ClusterResult:
+        show: bool = True, count_tcp: bool = False) -> ClusterResult:
     """Boot NODES guests of OUTDIR (a build result) on a private bridge;
-    RUN_ARGS: options for each `ukl run`; their console logs go to LOG_DIR."""
+    RUN_ARGS: options for each `ukl run`; their console logs go to LOG_DIR;
+    COUNT_TCP: count the TCP segments between the guests."""
     if not 2 <= nodes <= MAX_NODES:
         raise UklError(f"--nodes {nodes}: a cluster has 2 to {MAX_NODES} nodes", "for example --nodes 3")
+    if log_dir.exists() and not log_dir.is_dir() or log_dir.is_symlink():
+        raise UklError(f"the log directory {log_dir} exists and is not a directory", "name another with --log-dir")
+    if count_tcp:
+        need_tool("nft", "nftables")
+    need_tool("setpriv", "util-linux")
     log_dir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
+    counted: tuple[int, int] | None = None
     with netns.private_network(bridged=nodes) as ns:
         running: list[Node] = []
+        if count_tcp:
+            _count_tcp(ns)
         try:
             for i in range(nodes):
                 log = log_dir / f"node{i}.log"
@@ -111,13 +156,33 @@ def run(outdir: Path, nodes: int, log_dir: Path, run_args: list[str], app_args: 
                 running.append(Node(i, netns.node_address(i), proc, log))
             failed = _wait(running, show)
         finally:
-            for n in running:
-                vm.stop_run(n.proc)
-                if n.code is None:
-                    n.code = n.proc.returncode
+            _stop_all(running)
+        if count_tcp:
+            counted = _tcp_counted(ns)
     return ClusterResult([n.code if n.code is not None else -1 for n in running],
                          [n.index for n in running if n.stopped], failed,
-                         [n.output for n in running], time.monotonic() - start)
+                         [n.output for n in running], time.monotonic() - start,
+                         *(counted or (None, None)))
+
+
+def _stop_all(nodes: list[Node]) -> None:
+    """Stop every node still running (SIGTERM to all first, so that they
+    stop together), and take each one's status: 128+N for a signal."""
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)   # a second Ctrl-C would leave nodes behind
+    try:
+        for n in nodes:
+            if n.proc.poll() is None:
+                try:
+                    os.killpg(n.proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for n in nodes:
+            vm.stop_run(n.proc)
+            if n.code is None:
+                rc = n.proc.returncode
+                n.code = 128 - rc if rc < 0 else rc
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def _wait(nodes: list[Node], show: bool) -> int | None:
@@ -136,7 +201,8 @@ def _wait(nodes: list[Node], show: bool) -> int | None:
                 continue
             _show(node, b"", True, show)
             del by_fd[fd]
-            node.code = node.proc.wait()
+            rc = node.proc.wait()
+            node.code = 128 - rc if rc < 0 else rc
             if node.code != 0 and failed is None:
                 failed = node.index
                 for other in nodes:

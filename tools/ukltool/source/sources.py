@@ -174,16 +174,21 @@ GIT_ID = {"GIT_AUTHOR_NAME": "ukl", "GIT_AUTHOR_EMAIL": "ukl@localhost",
           "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z"}
 
 
-def extract_top_dir(tarball: Path, dest: Path) -> None:
+def extract_top_dir(tarball: Path, dest: Path, strict: bool = False) -> None:
     """Extract the tarball's single top directory's contents into DEST
-    (tar's safe filter), showing progress."""
+    (tar's safe filter; STRICT: the data filter, which also refuses links
+    that leave DEST and keeps no owner or special file), showing progress."""
     with ui.step(f"unpacking {tarball.name}") as st, tarfile.open(tarball) as tf:
         for i, member in enumerate(tf):
             parts = Path(member.name).parts
             if len(parts) < 2:
                 continue
             member.name = str(Path(*parts[1:]))
-            tf.extract(member, dest, filter="tar")
+            try:
+                tf.extract(member, dest, filter="data" if strict else "tar")
+            except tarfile.FilterError as e:
+                raise UklError(f"{tarball}: {member.name}: {e}", "the tarball is not a plain source tree: "
+                               "check where it came from") from None
             if i % 2000 == 0:
                 st.update(f"{i} files: {member.name}")
 
