@@ -140,7 +140,15 @@ results-suites: setup
 	./ukl apptest nginx --configs linux,base --markdown docs/results/apptest-nginx.md
 	./ukl libc tests --json docs/results/glibc-tests.json --markdown docs/results/glibc-tests.md
 
+# Secrecy's GROUP-BY on three guests (root: a bridge in a network namespace;
+# docs/results/results-secrecy.md, read with docs/design/secrecy.md).
+.PHONY: results-secrecy
+results-secrecy: setup
+	./ukl bench secrecy --rows 128,1024 --spin-rows 128 --repeat 3 --json docs/results/results-secrecy.json \
+		--markdown docs/results/results-secrecy.md --plot docs/results/results-secrecy.png
+
 # Every report of docs/results/ (hours under TCG).
 .PHONY: results
 results: results-syscalls results-remote results-apps results-boot results-boot-methods \
-	results-boot-compression results-boot-optimize results-boot-profile results-conformance results-suites
+	results-boot-compression results-boot-optimize results-boot-profile results-conformance results-suites \
+	results-secrecy

@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from ukltool.bench import appbench, bootbench, hostbench, remotebench, syscalls
+from ukltool.bench import appbench, bootbench, hostbench, remotebench, secrecybench, syscalls
 from ukltool.cli.common import (
     Deprecated,
     add_command,
@@ -65,6 +65,30 @@ def bench_parser(sub: argparse._SubParsersAction) -> None:
     timeout_option(sc, 1800.0)
     report_options(sc, plot=True)
     sc.set_defaults(func=cmd_bench)
+
+    sb = add_command(bs, "secrecy", "Secrecy's GROUP-BY on three guests: completion, call times, sleeps, segments",
+                     "Run Secrecy's exp_group_by ROWS 1 on three guests (`ukl cluster`) under each configuration, "
+                     "REPEAT times interleaved, the slowest REPEAT/10 dropped as the UKL paper does; per run the "
+                     "GROUP-BY's time on rank 0, each party's send and receive call times and sleeps (the MPI "
+                     "subset's statistics), and the TCP segments between the guests; and Secrecy's own GROUP-BY "
+                     "test once per configuration, its opened results against the baseline's "
+                     "(docs/results/results-secrecy.md).",
+                     ("ukl bench secrecy --rows 128 --repeat 3",
+                      "ukl bench secrecy --rows 128,1024 --spin-rows 128 --repeat 5 --json out/s.json "
+                      "--markdown out/s.md --plot out/s.png"))
+    configs_option(sb, ",".join(secrecybench.DEFAULT_CONFIGS))
+    sb.add_argument("--rows", default=",".join(map(str, secrecybench.DEFAULT_ROWS)), metavar="N,...",
+                    help="the GROUP-BY's input sizes, powers of two (default %(default)s)")
+    sb.add_argument("--spin-rows", default="", metavar="N,...",
+                    help="input sizes also run with parties that spin (poll without sleeping, as MPICH does) "
+                    "instead of sleeping in poll() while they wait (default none)")
+    sb.add_argument("--repeat", type=count_arg, default=5, metavar="N",
+                    help="runs per point (default 5); the slowest tenth is dropped (the paper: 2 of 20)")
+    sb.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto",
+                    help="the nodes' accelerator (default auto: KVM where it works), named in the report")
+    timeout_option(sb, 1800.0)
+    report_options(sb, plot=True)
+    sb.set_defaults(func=cmd_bench_secrecy)
 
     rb = add_command(bs, "remote", "remote system calls: null calls, file I/O and OS jitter",
                      "Run guest/bench/remote.c on the host, in a linux guest and in a base guest booted with "
@@ -216,6 +240,32 @@ def cmd_bench_boot(a: argparse.Namespace) -> int:
         bootbench.plot(report, a.plot)
     if a.markdown:
         a.markdown.write_text(bootbench.markdown(report, a.plot, a.markdown))
+    return 0
+
+
+def cmd_bench_secrecy(a: argparse.Namespace) -> int:
+    if a.from_json:
+        report = secrecybench.load_json(one_file(a.from_json, "ukl bench secrecy"))
+    else:
+        try:
+            cases = [(int(r), "block") for r in list_arg(a.rows)] + [(int(r), "spin") for r in list_arg(a.spin_rows)]
+        except ValueError:
+            raise UklError(f"--rows {a.rows} --spin-rows {a.spin_rows}: not lists of numbers",
+                           "for example --rows 128,1024 --spin-rows 128") from None
+        report = secrecybench.run(configs_arg(a.configs), cases, a.repeat, a.timeout,
+                                  None if a.accel == "auto" else a.accel)
+    spin = [str(r) for r, w in report.cases if w == "spin"]
+    command = f"./ukl bench secrecy --configs {','.join(report.configs)} --rows " + \
+        ",".join(str(r) for r, w in report.cases if w == "block") + \
+        (f" --spin-rows {','.join(spin)}" if spin else "") + f" --repeat {report.repeat}"
+    text = secrecybench.markdown(report, a.plot, command)
+    print(text)
+    if a.json:
+        secrecybench.save_json(report, a.json)
+    if a.plot:
+        secrecybench.plot(report, a.plot)
+    if a.markdown:
+        a.markdown.write_text(text)
     return 0
 
 

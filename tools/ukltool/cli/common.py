@@ -229,7 +229,7 @@ def safe_list(names: Callable[[], list[str]]) -> str:
         return "those of the checkout"
 
 
-BENCH_SUITES = ("syscalls", "remote", "boot", "app")
+BENCH_SUITES = ("syscalls", "remote", "boot", "app", "secrecy")
 
 
 def tree_actions(sub: argparse._SubParsersAction, series: series_mod.Series, tree: Callable[[], Path],

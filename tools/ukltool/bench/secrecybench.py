@@ -1,0 +1,303 @@
+"""`ukl bench secrecy`: Secrecy's GROUP-BY on three guests (issue 45), the
+UKL paper's latency-bound application (its section 5.4.3).
+
+Each point is `exp_group_by ROWS 1` (one row per round of 8-16 byte
+messages between the three parties in a ring) under `ukl cluster` with
+one configuration or profile, repeated; as the paper does, the worst runs
+are dropped (2 of 20: REPEAT // 10) before the mean. Per run it records:
+
+- the GROUP-BY's completion time as rank 0 measures it (gettimeofday
+  around the operator: the guest's clock, which under TCG follows the
+  host's), and the wall time of the whole cluster run on the host;
+- per party, from the MPI subset's statistics (UKL_MPI_STATS=1): the
+  number, mean and standard deviation of the send calls (MPI_Send,
+  MPI_Isend) and of the receive calls (MPI_Recv, MPI_Wait, MPI_Waitall),
+  and how often the party went to sleep (its voluntary context switches)
+  and was preempted;
+- the TCP segments and bytes the bridge forwarded between the guests.
+
+Per configuration, Secrecy's own GROUP-BY test (apps/secrecy-tests) is
+run once and its opened results compared with linux's: exp_group_by's
+own input comes from libsodium's random bytes and its result is never
+opened, so it cannot be compared itself."""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ukltool.apps import recipes
+from ukltool.bench import benchcommon
+from ukltool.build import image
+from ukltool.run import cluster, netns, vm
+from ukltool.util import reporting, ui
+from ukltool.util.errors import UklError
+from ukltool.util.paths import cache_dir
+from ukltool.util.proc import need_tool
+
+NODES = 3
+BATCH = 1
+DEFAULT_CONFIGS = ["linux", "base", "base+ret+byp", "base+ret+byp+shortcut"]
+DEFAULT_ROWS = [128, 1024]
+WAITS = ("block", "spin")
+GROUP_BY = re.compile(r"(\d+)\tGROUP-BY\t(\d+\.\d+)")
+STATS = re.compile(r"ukl-mpi: rank (\d+) stats send (\d+) (\d+) (\d+) recv (\d+) (\d+) (\d+) polls (\d+) "
+                   r"sleeps (\d+) vcsw (\d+) ivcsw (\d+)")
+OPENED = re.compile(r"\(-?\d+ -?\d+ -?\d+\) (-?\d+ )?|TEST .*: OK\.")
+
+
+@dataclass
+class Calls:
+    n: int
+    mean_ns: float
+    sd_ns: float
+
+
+@dataclass
+class Party:
+    rank: int
+    send: Calls           # MPI_Send and MPI_Isend
+    recv: Calls           # the calls that wait: MPI_Recv, MPI_Wait, MPI_Waitall (also for an MPI_Isend's end)
+    polls: int
+    sleeps: int           # its voluntary context switches (vcsw): the times it went to sleep
+    preempted: int        # its involuntary ones (ivcsw)
+
+
+@dataclass
+class Run:
+    seconds: float        # rank 0's GROUP-BY, guest clock
+    wall: float           # the cluster run on the host
+    tcp_segments: int
+    tcp_bytes: int
+    parties: list[Party]
+
+
+@dataclass
+class Point:
+    config: str
+    rows: int
+    wait: str
+    runs: list[Run] = field(default_factory=list)
+
+    def kept(self, drop: int) -> list[Run]:
+        """The runs without the DROP slowest."""
+        return sorted(self.runs, key=lambda r: r.seconds)[:max(1, len(self.runs) - drop)]
+
+
+@dataclass
+class Report:
+    machine: str
+    configs: list[str]
+    cases: list[tuple[int, str]]  # (rows, how a party waits)
+    repeat: int
+    drop: int
+    kernels: dict[str, str] = field(default_factory=dict)
+    results: dict[str, str] = field(default_factory=dict)   # config -> its GROUP-BY test against linux's
+    points: list[Point] = field(default_factory=list)
+    accel: str | None = None   # the nodes' accelerator (tcg, kvm); None: not recorded
+
+
+def calls(n: int, total: int, sumsq: int) -> Calls:
+    if n == 0:
+        return Calls(0, 0.0, 0.0)
+    mean = total / n
+    return Calls(n, mean, math.sqrt(max(0.0, sumsq / n - mean * mean)))
+
+
+def parse_run(outputs: list[list[str]], wall: float, segments: int, nbytes: int, rows: int) -> Run:
+    """A run from the nodes' output lines (ClusterResult.outputs)."""
+    seconds = None
+    for line in outputs[0]:
+        m = GROUP_BY.fullmatch(line.strip())
+        if m and int(m.group(1)) == rows:
+            seconds = float(m.group(2))
+    if seconds is None:
+        raise UklError(f"node 0 printed no '{rows}\\tGROUP-BY\\tSECONDS' line", "see the nodes' console logs")
+    parties = []
+    for node, lines in enumerate(outputs):
+        found = [STATS.search(line) for line in lines]
+        m = next((f for f in found if f), None)
+        if m is None:
+            raise UklError(f"node {node} printed no ukl-mpi statistics line", "see its console log")
+        v = [int(x) for x in m.groups()]
+        parties.append(Party(v[0], calls(v[1], v[2], v[3]), calls(v[4], v[5], v[6]), v[7], v[9], v[10]))
+    return Run(seconds, wall, segments, nbytes, sorted(parties, key=lambda p: p.rank))
+
+
+def _image(name: str, config: str) -> Path:
+    out = cache_dir() / "bench" / "secrecy" / f"{name}-{config}"
+    image.build(recipes.image_spec(recipes.load(name), config, out))
+    return out
+
+
+def _opts(profile: str) -> list[str]:
+    return [f"--opts={','.join(profile.split('+')[1:])}"] if "+" in profile else []
+
+
+def _cluster(out: Path, profile: str, args: list[str], timeout: float, extra: list[str]) -> cluster.ClusterResult:
+    """One cluster run; the nodes' logs are kept (the last run's) in the cache."""
+    logs = cache_dir() / "bench" / "secrecy" / "logs" / f"{out.name}-{profile}-{'-'.join(args) or 'test'}"
+    res = cluster.run(out, NODES, logs, ["--timeout", str(timeout), *_opts(profile), *extra], args,
+                      show=False, count_tcp=True)
+    if res.failed is not None:
+        raise UklError(f"{profile}: node {res.failed} failed (status {res.codes[res.failed]}) running "
+                       f"{' '.join(args) or 'the test'}", f"see {logs / f'node{res.failed}.log'}")
+    return res
+
+
+def run(configs: list[str], cases: list[tuple[int, str]], repeat: int, timeout: float,
+        accel: str | None = None) -> Report:
+    """CASES: (rows, block or spin) pairs, each run under every configuration;
+    ACCEL: kvm or tcg (None: as `ukl run` chooses)."""
+    configs = benchcommon.baseline(configs)
+    for rows, wait in cases:
+        if wait not in WAITS:
+            raise UklError(f"{wait}: not one of {', '.join(WAITS)}", "for example --rows 128,1024 --spin-rows 128")
+        if rows < 2 or rows & (rows - 1):
+            raise UklError(f"{rows} rows: Secrecy's GROUP-BY asserts a power of two rows",
+                           "for example --rows 128,1024,8192")
+    why = netns.unavailable()
+    if why:
+        raise UklError(why, "run as root on a host with /dev/net/tun")
+    need_tool("nft", "nftables")
+    report = Report(benchcommon.machine(), configs, list(dict.fromkeys(cases)), repeat, repeat // 10)
+    images, tests = {}, {}
+    for profile in configs:
+        config = profile.split("+")[0]
+        if config not in images:
+            images[config] = _image("secrecy", config)
+            tests[config] = _image("secrecy-tests", config)
+            report.kernels[config] = image.load(images[config]).kernel_release
+    # one accelerator for every node of every run, named in the report
+    report.accel = vm.choose_accel(need_tool("qemu-system-x86_64", "qemu-system-x86"),
+                                   images[configs[0].split("+")[0]] / "bzImage", accel)
+    extra = [f"--accel={report.accel}"]
+    # the result: Secrecy's own GROUP-BY test, its opened results against linux's
+    opened = {}
+    for profile in configs:
+        with ui.step(f"Secrecy's GROUP-BY test under {profile}"):
+            res = _cluster(tests[profile.split("+")[0]], profile, [], timeout, extra)
+        opened[profile] = [line for line in res.outputs[0] if OPENED.fullmatch(line)]
+        oks = sum(1 for line in opened[profile] if line.startswith("TEST"))
+        if oks == 0 or len(opened[profile]) == oks:
+            raise UklError(f"{profile}: Secrecy's GROUP-BY test opened no result and passed no check",
+                           "run it alone with `ukl cluster` to see what it printed")
+        same = "the same as " + configs[0] if opened[profile] == opened[configs[0]] else "DIFFERENT from " + configs[0]
+        report.results[profile] = f"{oks} checks passed; opened results {same}"
+    points = {(c, r, w): Point(c, r, w) for r, w in report.cases for c in configs}
+    for i in range(repeat):
+        for r, w in report.cases:
+            for profile in configs:   # interleaved: drift in the host's speed hits every profile alike
+                with ui.step(f"run {i + 1}/{repeat}: GROUP-BY of {r} rows under {profile} ({w})"):
+                    res = _cluster(images[profile.split("+")[0]], profile, [str(r), str(BATCH)], timeout,
+                                   [*extra, "--append=UKL_MPI_STATS=1", f"--append=UKL_MPI_WAIT={w}"])
+                points[profile, r, w].runs.append(
+                    parse_run(res.outputs, res.seconds, res.tcp_segments or 0, res.tcp_bytes or 0, r))
+    report.points = list(points.values())
+    return report
+
+
+# ---- the report ----
+
+def _mean_sd(xs: list[float]) -> tuple[float, float]:
+    return statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0
+
+
+def pooled(parts: list[Calls]) -> tuple[float, float]:
+    """The mean and sd of all the calls of PARTS (each a run's count, mean
+    and sd), as if measured together: the sum of squares of each part is
+    n * (sd^2 + mean^2)."""
+    n = sum(c.n for c in parts)
+    if n == 0:
+        return 0.0, 0.0
+    mean = sum(c.n * c.mean_ns for c in parts) / n
+    sq = sum(c.n * (c.sd_ns ** 2 + c.mean_ns ** 2) for c in parts) / n
+    return mean, math.sqrt(max(0.0, sq - mean * mean))
+
+
+def summary(p: Point, drop: int) -> dict[str, Any]:
+    kept = p.kept(drop)
+    secs = _mean_sd([r.seconds for r in kept])
+    out: dict[str, Any] = {"seconds": secs, "wall": _mean_sd([r.wall for r in kept]),
+                           "segments": _mean_sd([float(r.tcp_segments) for r in kept])}
+    for side in ("send", "recv"):
+        # per party, the mean and sd of all its calls in the kept runs
+        out[side] = [pooled([getattr(r.parties[k], side) for r in kept]) for k in range(NODES)]
+    out["sleeps"] = [statistics.fmean(r.parties[k].sleeps / max(1, r.parties[k].recv.n) for r in kept)
+                     for k in range(NODES)]
+    return out
+
+
+def markdown(report: Report, plot_path: Path | None, command: str) -> str:
+    base = report.configs[0]
+    lines = [f"# Secrecy's GROUP-BY on three guests ({', '.join(report.configs)})", "",
+             reporting.generated_by(command), "",
+             f"Host: {report.machine}. Kernels: " + ", ".join(f"{c} {k}" for c, k in report.kernels.items()) + ". "
+             f"Accelerator: {report.accel or 'not recorded'}.",
+             f"Each point: `exp_group_by ROWS {BATCH}` on three guests (`ukl cluster`), {report.repeat} runs, the "
+             f"slowest {report.drop} dropped (a tenth: none below 10 runs); the configurations interleaved. "
+             "Waits: MPI_Recv, MPI_Wait and MPI_Waitall calls (those waiting for an MPI_Isend to end "
+             "included); sends: MPI_Send and MPI_Isend; sleeps: the party's voluntary context switches.", ""]
+    lines += ["| configuration | Secrecy's GROUP-BY test (`secrecy-tests`) |", "|---|---|"]
+    lines += [f"| {c} | {report.results.get(c, 'not run')} |" for c in report.configs]
+    if plot_path:
+        lines += ["", f"![GROUP-BY time against {base}]({plot_path.name})"]
+    for rows, wait in report.cases:
+        pts = {p.config: p for p in report.points if p.rows == rows and p.wait == wait}
+        ref = summary(pts[base], report.drop)["seconds"][0]
+        lines += ["", f"## {rows} rows, waiting by {'sleeping in poll()' if wait == 'block' else 'spinning'}", "",
+                  "| configuration | GROUP-BY s (mean ± sd) | vs " + base + " | wall s | TCP segments | "
+                  "wait µs per party (mean, sd) | send µs per party (mean, sd) | sleeps per wait |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for c in report.configs:
+            s = summary(pts[c], report.drop)
+            recv = "; ".join(f"{m / 1e3:.1f}, {d / 1e3:.1f}" for m, d in s["recv"])
+            send = "; ".join(f"{m / 1e3:.1f}, {d / 1e3:.1f}" for m, d in s["send"])
+            sleeps = ", ".join(f"{x:.2f}" for x in s["sleeps"])
+            lines.append(f"| {c} | {s['seconds'][0]:.3f} ± {s['seconds'][1]:.3f} | "
+                         f"{s['seconds'][0] / ref:.2f} | {s['wall'][0]:.1f} | {s['segments'][0]:,.0f} | {recv} | "
+                         f"{send} | {sleeps} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: Report, path: Path) -> None:
+    plt = reporting.pyplot()
+    base = report.configs[0]
+    groups = report.cases
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.8 / len(report.configs)
+    for i, c in enumerate(report.configs):
+        ys = []
+        for r, w in groups:
+            pts = {p.config: p for p in report.points if p.rows == r and p.wait == w}
+            ys.append(summary(pts[c], report.drop)["seconds"][0] / summary(pts[base], report.drop)["seconds"][0])
+        ax.bar([g + i * width for g in range(len(groups))], ys, width, label=c)
+    ax.set_xticks([g + width * (len(report.configs) - 1) / 2 for g in range(len(groups))],
+                  [f"{r} rows\n{w}" for r, w in groups])
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_ylabel(f"GROUP-BY time / {base}")
+    accel = f" {report.accel.upper()}" if report.accel else ""
+    ax.set_title(f"Secrecy GROUP-BY on three guests (QEMU{accel}; lower is faster)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    reporting.save_plot(fig, path)
+
+
+def save_json(report: Report, path: Path) -> None:
+    reporting.save_json(report, path)
+
+
+def load_json(path: Path) -> Report:
+    def decode(d: dict[str, Any]) -> Report:
+        def run_of(x: dict[str, Any]) -> Run:
+            return Run(x["seconds"], x["wall"], x["tcp_segments"], x["tcp_bytes"],
+                       [Party(p["rank"], Calls(**p["send"]), Calls(**p["recv"]), p["polls"], p["sleeps"],
+                              p["preempted"]) for p in x["parties"]])
+        points = [Point(p["config"], p["rows"], p["wait"], [run_of(x) for x in p["runs"]]) for p in d["points"]]
+        return Report(d["machine"], d["configs"], [(int(r), str(w)) for r, w in d["cases"]], d["repeat"], d["drop"],
+                      d["kernels"], d["results"], points, d.get("accel"))
+    return reporting.load_json(path, decode, "a Secrecy benchmark report", "write it with ukl bench secrecy --json")
