@@ -8,8 +8,7 @@ from pathlib import Path
 
 from ukltool.apps import recipes
 from ukltool.build import image
-from ukltool.cli.common import add_command, icount_option, option_list, timeout_option
-from ukltool.linux import kernel, profiles
+from ukltool.cli.common import add_command, boot_opts, icount_option, option_list, timeout_option
 from ukltool.run import cluster, netns
 from ukltool.util import lock, ui
 from ukltool.util.errors import UklError
@@ -80,10 +79,7 @@ def cmd_cluster(a: argparse.Namespace) -> int:
         raise UklError(f"the kernel of {a.outdir} has no network device, so its nodes cannot reach each other",
                        "rebuild with --specialize --kconfig nic:WHY, or without --specialize")
     if a.opts is not None:
-        opts = profiles.opts_arg(a.opts)
-        if opts and not kernel.is_ukl(man.config):
-            raise UklError(f"--opts: {a.outdir} was built for '{man.config}', which runs the application as an "
-                           "ordinary process", "build it for a UKL configuration (--config base)")
+        boot_opts(a.opts, man, a.outdir)
     why = netns.unavailable()
     if why:
         raise UklError(why, "run as root on a host with /dev/net/tun")

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ukltool.build import flags as ukl_flags
+from ukltool.build import image
 from ukltool.linux import kernel, profiles
 from ukltool.plugin import cyclemodel
 from ukltool.source import series as series_mod
@@ -275,3 +276,13 @@ def configs_arg(text: str) -> list[str]:
     for c in configs:
         kernel.fragments(c)
     return configs
+
+
+def boot_opts(text: str, man: image.Manifest, outdir: Path) -> tuple[str, ...]:
+    """--opts TEXT for a boot of OUTDIR: the options, checked, which only a
+    UKL configuration takes."""
+    opts = profiles.opts_arg(text)
+    if opts and not kernel.is_ukl(man.config):
+        raise UklError(f"--opts: {outdir} was built for '{man.config}', which runs the application as an "
+                       "ordinary process", "build it for a UKL configuration (--config base)")
+    return opts

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ukltool.build import image, initramfs
 from ukltool.cli.cluster import recipe_nodes
-from ukltool.cli.common import add_command, forward_arg, icount_option, option_list, timeout_option
+from ukltool.cli.common import add_command, boot_opts, forward_arg, icount_option, option_list, timeout_option
 from ukltool.linux import kernel, profiles
 from ukltool.run import cores, remote, vm
 from ukltool.util import ui
@@ -180,10 +180,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         check_core_run(a, man)
     append = list(a.append)
     if a.opts is not None:
-        opts = profiles.opts_arg(a.opts)
-        if opts and not kernel.is_ukl(man.config):
-            raise UklError(f"--opts: {a.outdir} was built for '{man.config}', which runs the application as an "
-                           "ordinary process", "build it for a UKL configuration (--config base)")
+        opts = boot_opts(a.opts, man, a.outdir)
         append.append(f"{profiles.KERNEL_PARAM}={','.join(opts)}")
     with tempfile.TemporaryDirectory(prefix="ukl-args-") as td:
         extra = initramfs.args_archive(app_args, Path(td), sh)
