@@ -302,6 +302,7 @@ def test_recipe_sources_from_tarballs_and_from_this_repository(tmp_path, monkeyp
         src.mkdir(parents=True)
         for f, text in files.items():
             (src / f).write_text(text)
+            (src / f"{f}.hard").hardlink_to(src / f)   # a hard link names its target from the top
         (shared / "pkg").mkdir(parents=True, exist_ok=True)
         with tarfile.open(shared / "pkg" / f"{name}.tar.xz", "w:xz") as tf:
             tf.add(src, arcname=f"{name}-1")
@@ -315,6 +316,7 @@ def test_recipe_sources_from_tarballs_and_from_this_repository(tmp_path, monkeyp
           f'  {{ file = "pkg/dep.tar.xz", sha256 = "{sums["dep"]}", into = "lib/dep" }}]\n')
     tree = recipes.fetch(recipes.load("x"))
     assert (tree / "CMakeLists.txt").read_text() == "x" and (tree / "lib" / "dep" / "dep.h").read_text() == "y"
+    assert (tree / "lib" / "dep" / "dep.h.hard").read_text() == "y"
     assert tree.name.startswith("x-1-") and not tree.with_name(tree.name + ".partial").exists()
     # a link out of the tree is refused (tar's data filter), and nothing is left
     evil = tmp_path / "t" / "evil-1"
@@ -579,3 +581,23 @@ def test_a_recipe_says_how_many_guests_its_default_run_needs(tmp_path, monkeypat
         (tmp_path / "x" / "recipe.toml").write_text(head + f"nodes = {bad}\n")
         with pytest.raises(UklError, match="nodes|'nodes' must be"):
             recipes.load("x")
+
+
+def test_a_tree_outside_a_git_checkout_is_copied_without_build_debris(tmp_path, monkeypatch):
+    from ukltool.apps import recipes
+    (tmp_path / "guest" / "lib" / "__pycache__").mkdir(parents=True)
+    for f in ("lib.c", "lib.h", "Makefile", "lib.o", "libx.a", "__pycache__/x.pyc"):
+        (tmp_path / "guest" / "lib" / f).write_text(f)
+    monkeypatch.setattr(recipes, "REPO", tmp_path)
+    assert recipes._tree_files("guest/lib") == ["guest/lib/Makefile", "guest/lib/lib.c", "guest/lib/lib.h"]
+    # in this checkout: what git tracks, and never an object built there by hand
+    monkeypatch.undo()
+    built = recipes.REPO / "guest" / "mpi" / "ukl-mpi.o"
+    had = built.exists()
+    built.touch()
+    try:
+        assert "guest/mpi/ukl-mpi.o" not in recipes._tree_files("guest/mpi")
+        assert "guest/mpi/ukl-mpi.c" in recipes._tree_files("guest/mpi")
+    finally:
+        if not had:
+            built.unlink()

@@ -489,13 +489,25 @@ def _shared_tarball(r: Recipe, ball: Tarball) -> Path:
                    "put it in one of those places, or set UKL_SHARED_DIR to the directory that holds it")
 
 
+BUILD_DEBRIS = ("*.o", "*.a", "*.so", "__pycache__")   # never part of a tree copied from this repository
+
+
 def _tree_files(tree: str) -> list[str]:
-    """The files git tracks under TREE (a directory of this repository):
-    what was built there by hand (objects, archives) is not the source."""
-    out = run(["git", "-C", str(REPO), "ls-files", "-z", "--", tree], what=f"listing {tree} (git ls-files)")
-    files = sorted(f for f in out.split("\0") if f)
+    """The source files under TREE (a directory of this repository): what
+    git tracks or would track there (not what it ignores, such as objects
+    built there by hand), or, outside a git checkout, every file but build
+    debris."""
+    top = REPO / tree
+    if (REPO / ".git").exists():
+        # safe.directory: root building in another user's checkout
+        out = run(["git", "-c", f"safe.directory={REPO}", "-C", str(REPO), "ls-files", "-z", "--cached", "--others",
+                   "--exclude-standard", "--", tree], what=f"listing {tree} (git ls-files)")
+        files = sorted(f for f in out.split("\0") if f and (REPO / f).is_file())
+    else:
+        files = sorted(str(f.relative_to(REPO)) for f in top.rglob("*")
+                       if f.is_file() and not any(f.match(d) or d in f.parts for d in BUILD_DEBRIS))
     if not files:
-        raise UklError(f"{tree} has no file git tracks", "add its sources to git")
+        raise UklError(f"{tree} has no source file", f"restore {tree} from the repository")
     return files
 
 
@@ -553,11 +565,12 @@ def fetch(r: Recipe) -> Path:
             try:
                 for ball in s.tarballs:
                     dest = tmp / ball.into
-                    dest.mkdir(parents=True, exist_ok=True)
+                    tmp.mkdir(exist_ok=True)
                     # never through a link an earlier tarball made
                     if not dest.resolve().is_relative_to(tmp.resolve()):
                         raise UklError(f"apps/{r.name}: into '{ball.into}' leads out of the tree (through a link "
                                        "an earlier tarball made)", "unpack it somewhere else")
+                    dest.mkdir(parents=True, exist_ok=True)
                     sources.extract_top_dir(_shared_tarball(r, ball), dest, strict=True)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)

@@ -184,7 +184,7 @@ def run(configs: list[str], cases: list[tuple[int, str]], repeat: int, timeout: 
         opened[profile] = [line for line in res.outputs[0] if OPENED.fullmatch(line)]
         oks = sum(1 for line in opened[profile] if line.startswith("TEST"))
         if oks == 0 or len(opened[profile]) == oks:
-            raise UklError(f"{profile}: Secrecy's GROUP-BY test opened no result and passed no check",
+            raise UklError(f"{profile}: Secrecy's GROUP-BY test passed no check or opened no result",
                            "run it alone with `ukl cluster` to see what it printed")
         same = "the same as " + configs[0] if opened[profile] == opened[configs[0]] else "DIFFERENT from " + configs[0]
         report.results[profile] = f"{oks} checks passed; opened results {same}"

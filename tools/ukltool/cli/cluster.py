@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 from pathlib import Path
 
 from ukltool.apps import recipes
 from ukltool.build import image
 from ukltool.cli.common import add_command, boot_opts, icount_option, option_list, timeout_option
 from ukltool.run import cluster, netns
-from ukltool.util import lock, ui
+from ukltool.util import ui
 from ukltool.util.errors import UklError
 
 
@@ -86,10 +85,7 @@ def cmd_cluster(a: argparse.Namespace) -> int:
     log_dir = a.log_dir or a.outdir / "cluster"
     args = a.args or list(man.args)
     ui.info(f"{a.nodes} nodes of {a.outdir} ({man.config}) on {netns.BRIDGE_NET}.0/24; logs: {log_dir}")
-    # one cluster of an image at a time: its nodes' logs and command files are the image's
-    with lock.held(f"cluster-{hashlib.sha256(str(a.outdir.resolve()).encode()).hexdigest()[:12]}",
-                   f"a cluster of {a.outdir}"):
-        res = cluster.run(a.outdir, a.nodes, log_dir, run_args(a), args)
+    res = cluster.run(a.outdir, a.nodes, log_dir, run_args(a), args)
     for i, code in enumerate(res.codes):
         if i in res.stopped:
             state = "stopped (another node failed)"

@@ -22,6 +22,7 @@ the first failed node's."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import select
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ukltool.run import netns, vm
+from ukltool.util import lock
 from ukltool.util.errors import UklError
 from ukltool.util.paths import REPO
 from ukltool.util.proc import need_tool
@@ -135,12 +137,23 @@ def run(outdir: Path, nodes: int, log_dir: Path, run_args: list[str], app_args: 
     COUNT_TCP: count the TCP segments between the guests."""
     if not 2 <= nodes <= MAX_NODES:
         raise UklError(f"--nodes {nodes}: a cluster has 2 to {MAX_NODES} nodes", "for example --nodes 3")
-    if log_dir.exists() and not log_dir.is_dir() or log_dir.is_symlink():
+    if log_dir.is_symlink():
+        raise UklError(f"the log directory {log_dir} is a symbolic link", "name the directory itself with --log-dir")
+    if log_dir.exists() and not log_dir.is_dir():
         raise UklError(f"the log directory {log_dir} exists and is not a directory", "name another with --log-dir")
     if count_tcp:
         need_tool("nft", "nftables")
     need_tool("setpriv", "util-linux")
     log_dir.mkdir(parents=True, exist_ok=True)
+    # one cluster of an image at a time: each node's `ukl run` writes its
+    # command file into the image's directory
+    with lock.held(f"cluster-{hashlib.sha256(str(outdir.resolve()).encode()).hexdigest()[:12]}",
+                   f"the image {outdir}"):
+        return _run(outdir, nodes, log_dir, run_args, app_args, show, count_tcp)
+
+
+def _run(outdir: Path, nodes: int, log_dir: Path, run_args: list[str], app_args: list[str], show: bool,
+         count_tcp: bool) -> ClusterResult:
     start = time.monotonic()
     counted: tuple[int, int] | None = None
     with netns.private_network(bridged=nodes) as ns:

@@ -184,6 +184,9 @@ def extract_top_dir(tarball: Path, dest: Path, strict: bool = False) -> None:
             if len(parts) < 2:
                 continue
             member.name = str(Path(*parts[1:]))
+            if member.islnk():   # a hard link names its target from the archive's top too
+                target = Path(member.linkname).parts
+                member.linkname = str(Path(*target[1:])) if len(target) > 1 else member.linkname
             try:
                 tf.extract(member, dest, filter="data" if strict else "tar")
             except tarfile.FilterError as e:

@@ -30,7 +30,7 @@ def held(name: str, what: str) -> Iterator[None]:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            ui.info(f"waiting for another build of {what} to finish")
+            ui.info(f"waiting for another ukl process to finish with {what}")
             fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
