@@ -207,13 +207,21 @@ def cmd_bench(a: argparse.Namespace) -> int:
     ui.report_console().print(syscalls.table(report))
     for t in syscalls.profile_tables(report):
         ui.report_console().print(t)
-    if a.json:
-        syscalls.save_json(report, a.json)
-    if a.plot:
-        syscalls.plot(report, a.plot)
-    if a.markdown:
-        a.markdown.write_text(syscalls.markdown(report, a.plot))
+    write_reports(a, lambda f: syscalls.save_json(report, f), lambda f: syscalls.plot(report, f),
+                  lambda: syscalls.markdown(report, a.plot))
     return 0
+
+
+def write_reports(a: argparse.Namespace, save_json: Callable[[Path], None], plot: Callable[[Path], None],
+                  markdown: Callable[[], str]) -> None:
+    """--json, --plot and --markdown, each where it was asked for (the
+    markdown last: it names the plot)."""
+    if a.json:
+        save_json(a.json)
+    if a.plot:
+        plot(a.plot)
+    if a.markdown:
+        a.markdown.write_text(markdown())
 
 
 def cmd_bench_boot(a: argparse.Namespace) -> int:
@@ -234,12 +242,8 @@ def cmd_bench_boot(a: argparse.Namespace) -> int:
                                bootbench.names(a.compressions, "--compressions") if a.compressions else None,
                                a.optimize, a.by_function)
     bootbench.show(report)
-    if a.json:
-        bootbench.save_json(report, a.json)
-    if a.plot:
-        bootbench.plot(report, a.plot)
-    if a.markdown:
-        a.markdown.write_text(bootbench.markdown(report, a.plot, a.markdown))
+    write_reports(a, lambda f: bootbench.save_json(report, f), lambda f: bootbench.plot(report, f),
+                  lambda: bootbench.markdown(report, a.plot, a.markdown))
     return 0
 
 
@@ -260,12 +264,8 @@ def cmd_bench_secrecy(a: argparse.Namespace) -> int:
         (f" --spin-rows {','.join(spin)}" if spin else "") + f" --repeat {report.repeat}"
     text = secrecybench.markdown(report, a.plot, command)
     print(text)
-    if a.json:
-        secrecybench.save_json(report, a.json)
-    if a.plot:
-        secrecybench.plot(report, a.plot)
-    if a.markdown:
-        a.markdown.write_text(text)
+    write_reports(a, lambda f: secrecybench.save_json(report, f), lambda f: secrecybench.plot(report, f),
+                  lambda: text)
     return 0
 
 
@@ -279,12 +279,8 @@ def cmd_bench_remote(a: argparse.Namespace) -> int:
                  + ", ".join(f"{c} {k}" for c, k in report.kernels.items()), markup=False)
     for t in remotebench.tables(report):
         ui.report_console().print(t)
-    if a.json:
-        remotebench.save_json(report, a.json)
-    if a.plot:
-        remotebench.plot(report, a.plot)
-    if a.markdown:
-        a.markdown.write_text(remotebench.markdown(report, a.plot))
+    write_reports(a, lambda f: remotebench.save_json(report, f), lambda f: remotebench.plot(report, f),
+                  lambda: remotebench.markdown(report, a.plot))
     return 0
 
 
@@ -353,12 +349,8 @@ def cmd_bench_app(a: argparse.Namespace) -> int:
             ui.report_console().print(mt)
         for t in appbench.profile_tables(rep):
             ui.report_console().print(t)
-    if a.json:
-        appbench.save_json(reports, a.json)
-    if a.plot:
-        appbench.plot(reports, a.plot)
-    if a.markdown:
-        a.markdown.write_text(appbench.markdown(reports, a.plot, a.markdown, only))
+    write_reports(a, lambda f: appbench.save_json(reports, f), lambda f: appbench.plot(reports, f),
+                  lambda: appbench.markdown(reports, a.plot, a.markdown, only))
     return 0
 
 
@@ -396,11 +388,8 @@ def _bench_app_host(a: argparse.Namespace, configs: list[str], names: list[str])
         ui.report_console().print(hostbench.table(rep))
     for run in runs_done:
         ui.report_console().print(appbench.table(run))
-    if a.json:
-        hostbench.save_json(reports, runs_done, a.json)
-    if a.plot:
-        hostbench.plot(reports, runs_done, a.plot)
-    if a.markdown:
-        only = ",".join([r.app for r in reports] + [r.app for r in runs_done]) if names else None
-        a.markdown.write_text(hostbench.markdown(reports, runs_done, a.plot, a.markdown, only))
+    only = ",".join([r.app for r in reports] + [r.app for r in runs_done]) if names else None
+    write_reports(a, lambda f: hostbench.save_json(reports, runs_done, f),
+                  lambda f: hostbench.plot(reports, runs_done, f),
+                  lambda: hostbench.markdown(reports, runs_done, a.plot, a.markdown, only))
     return 0
