@@ -21,8 +21,9 @@
  * init as its environment: the application gets them (a container's
  * environment), over the defaults, except ukl_* and ip=; and
  * ip=ADDR::GATEWAY:NETMASK:HOST:eth0:off (what urunc passes for the
- * container's network, read here since the kernel has no IP_PNP) gives eth0
- * that address instead of 10.0.2.15.
+ * container's network) gives eth0 that address instead of 10.0.2.15: the
+ * kernel applies it where it has IP_PNP (then ip= never reaches init, and
+ * init leaves the configured eth0 alone), init where it has not.
  *
  * With ukl_core=1 on the kernel command line (`ukl run --core DIR`), the
  * application may dump core, and its cores go to a disk for the host
@@ -412,10 +413,27 @@ static void probe(const char *spec, pid_t app)
 	_exit(0);
 }
 
+/* Does interface NAME have an IPv4 address already? */
+static int has_address(const char *name)
+{
+	struct ifreq ifr = { 0 };
+	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), ret;
+
+	if (s < 0)
+		return 0;
+	strncpy(ifr.ifr_name, name, IFNAMSIZ - 1);
+	ret = ioctl(s, SIOCGIFADDR, &ifr) == 0;
+	close(s);
+	return ret;
+}
+
 /*
  * ip=ADDR:SERVER:GATEWAY:NETMASK:HOST:DEVICE:AUTOCONF (the kernel's nfsroot
  * syntax, as urunc writes it): eth0's address, netmask and gateway, or the
  * QEMU user network's 10.0.2.15/24 via 10.0.2.2 (`ukl run --forward`).
+ * A kernel with IP_PNP takes ip= itself (init never sees it) and has
+ * configured eth0 before init runs: an eth0 with an address is left as
+ * it is.
  */
 static void eth0_up(void)
 {
@@ -423,6 +441,8 @@ static void eth0_up(void)
 	const char *env = getenv("ip");
 	char *f[7] = { 0 }, *p = ip;
 
+	if (has_address("eth0"))
+		return;
 	if (!env) {
 		iface_up("eth0", "10.0.2.15", "255.255.255.0", "10.0.2.2");
 		return;

@@ -23,14 +23,14 @@ from ukltool.util.errors import UklError
 
 
 def fake_image(root: Path, args: list[str] | None = None, forwards: list[list[int]] | None = None,
-               recipe: str | None = None) -> Path:
-    out = root / "img"
+               recipe: str | None = None, config: str = "base", userspace: bool = False, name: str = "img") -> Path:
+    out = root / name
     out.mkdir()
     (out / "bzImage").write_bytes(b"MZ fake kernel " * 1000)
     (out / "initramfs.cpio").write_bytes(b"070701 fake initramfs " * 500)
     (out / "manifest.json").write_text(json.dumps({
-        "config": "base", "app": "hello", "kernel_release": "6.1.192-ukl", "kernel_key": "0",
-        "linux_version": "6.1.192-2", "vmlinux": "kernels/none/vmlinux", "userspace": False, "schema": 2,
+        "config": config, "app": "hello", "kernel_release": "6.1.192-ukl", "kernel_key": "0",
+        "linux_version": "6.1.192-2", "vmlinux": "kernels/none/vmlinux", "userspace": userspace, "schema": 2,
         "args": args or [], "forwards": forwards or [], "recipe": recipe}))
     return out
 
@@ -72,7 +72,7 @@ def test_only_urunc_monitors_that_boot_linux_are_taken():
 def test_the_archive_is_an_oci_layout_with_urunc_settings(tmp_path):
     out = fake_image(tmp_path, args=["--port", "6379", "a b", ""], forwards=[[16379, 6379]])
     target = tmp_path / "img.tar"
-    pkg = ocipkg.package(out, target, "ukl/redis:1")
+    pkg = ocipkg.package(out, target, "ukl/redis:1", start="init")
     with tarfile.open(target) as tf:
         names = tf.getnames()
         members = tf.getmembers()
@@ -97,6 +97,31 @@ def test_the_archive_is_an_oci_layout_with_urunc_settings(tmp_path):
     config = json.loads(pkg.config.data)["config"]
     assert config["Entrypoint"] == ["/init"] and config["Cmd"] == ["--port", "6379", "a b", ""]
     assert config["ExposedPorts"] == {"6379/tcp": {}} and "PATH=/bin:/sbin:/usr/bin:/usr/sbin" in config["Env"]
+
+
+def test_a_server_starts_as_pid_1_where_the_image_allows(tmp_path):
+    """Issue 47, item 2: --start auto gives a UKL server the application as
+    PID 1 (the kernel configures eth0 from urunc's ip=), and keeps init,
+    which reports the exit status, for programs that end and where the
+    image needs it."""
+    server = fake_image(tmp_path, args=["--port", "6379"], forwards=[[16379, 6379]])
+    pkg = ocipkg.build(server)
+    assert pkg.urunc["com.urunc.unikernel.cmdline"] == "/ukl/hello --port 6379"
+    assert "com.urunc.unikernel.exitStatus" not in pkg.urunc  # only init reports it
+    assert json.loads(pkg.config.data)["config"]["Entrypoint"] == ["/ukl/hello"]
+    assert ocipkg.firecracker_config(ocipkg.image.load(server), True, True)["boot-source"]["boot_args"].endswith(
+        "rdinit=/ukl/hello -- --port 6379")
+    batch = fake_image(tmp_path, name="batch")
+    linux = fake_image(tmp_path, forwards=[[80, 80]], config="linux", name="linux")
+    shell = fake_image(tmp_path, forwards=[[80, 80]], userspace=True, name="shell")
+    for out in (batch, linux, shell):
+        assert json.loads(ocipkg.build(out).config.data)["config"]["Entrypoint"] == ["/init"], out
+    assert json.loads(ocipkg.build(batch, start="pid1").config.data)["config"]["Entrypoint"] == ["/ukl/hello"]
+    assert json.loads(ocipkg.build(server, start="init").config.data)["config"]["Entrypoint"] == ["/init"]
+    for out, why in ((linux, "where the application is an ordinary program"), (shell, "carries a userspace")):
+        res = ukl("pkg", out, "--oci", tmp_path / "x.tar", "--start", "pid1")
+        assert res.returncode == 2 and why in res.stdout and "Traceback" not in res.stdout, res.stdout
+    assert not (tmp_path / "x.tar").exists()
 
 
 def test_the_same_outdir_gives_the_same_bytes(tmp_path):
@@ -125,7 +150,7 @@ def test_skopeo_and_umoci_read_it(tmp_path):
     res = subprocess.run([skopeo, "inspect", "--config", f"oci-archive:{target}"], capture_output=True, text=True,
                          check=True)
     cfg = json.loads(res.stdout)["config"]
-    assert cfg["Entrypoint"] == ["/init"] and cfg["Cmd"] == ["--greeting", "hi there"]
+    assert cfg["Entrypoint"] == ["/ukl/hello"] and cfg["Cmd"] == ["--greeting", "hi there"]  # a server: PID 1
     assert cfg["ExposedPorts"] == {"80/tcp": {}}
     # umoci unpacks it (and checks every digest) into a runtime bundle
     layout = tmp_path / "layout"
@@ -142,7 +167,7 @@ def test_skopeo_and_umoci_read_it(tmp_path):
     assert ocipkg.decode(urunc)["com.urunc.unikernel.binary"] == "/ukl/bzImage"
     assert ocipkg.decode(urunc) == pkg.urunc
     spec = json.loads((bundle / "config.json").read_text())
-    assert spec["process"]["args"] == ["/init", "--greeting", "hi there"]
+    assert spec["process"]["args"] == ["/ukl/hello", "--greeting", "hi there"]
 
 
 def test_bad_input_is_a_clear_error_and_leaves_nothing(tmp_path):

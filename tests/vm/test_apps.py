@@ -6,10 +6,16 @@ applications also run with the recipe's default arguments."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
+
 import pytest
 
-from conftest import BASELINE, BASIC_CONFIGS, assert_clean, ukl
+from conftest import BASELINE, BASIC_CONFIGS, UKL, assert_clean, ukl
 from ukltool.apps import recipes
+from ukltool.bench.bootbench import server_probe
+from ukltool.build import image, initramfs
+from ukltool.run import netns, vm
 
 
 def app_lines(out: str) -> list[str]:
@@ -32,6 +38,8 @@ def test_recipe_builds_runs_and_passes_its_smoke_test(outdir, name, config):
     res = ukl("build", name, "--config", config, "-o", out)
     assert res.returncode == 0, res.stdout[-3000:]
     assert (out / "build.log").is_file()
+    # what ships is the application's: the smoke test's tools come with the test layer
+    assert initramfs.read_member((out / "initramfs.cpio").read_bytes(), "bin/busybox") is None
     assert r.smoke is not None, f"apps/{name}/recipe.toml has no [smoke] test"
     res = ukl("run", out, "--timeout", str(r.smoke.timeout), "--sh", r.smoke.sh)
     lines = app_lines(res.stdout)
@@ -48,6 +56,42 @@ def test_recipe_builds_runs_and_passes_its_smoke_test(outdir, name, config):
         res = ukl("run", out, "--timeout", str(r.smoke.timeout))
         assert res.returncode == 0, res.stdout[-3000:]
         assert_clean(out / "console.log")
+
+
+SERVERS = [n for n in APPS if recipes.load(n).forwards and server_probe(recipes.load(n)) is not None]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("name", SERVERS)
+def test_a_server_boots_as_pid_1_with_its_network(outdir, name):
+    """Issue 47, item 2: no init program; the kernel configures eth0 from
+    ip= (IP_PNP) and the server answers through the forwarded port. One
+    that reads no file boots with no initramfs at all."""
+    r = recipes.load(name)
+    probe = server_probe(r)
+    assert probe is not None
+    out = outdir / f"app-{name}-pid1"
+    res = ukl("build", name, "--config", "base", "-o", out)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert not image.load(out).userspace
+    bare = [] if r.needs_initramfs else ["--no-initramfs", "--machine", "microvm", "--direct"]
+    port = free_port()
+    with open(out / "run.log", "w") as log:
+        proc = subprocess.Popen([str(UKL), "run", str(out), "--pid1", *bare, "--forward", f"{port}:{probe[0]}",
+                                 "--timeout", "900"], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        netns.wait_for_server(None, "127.0.0.1", port, probe[1].decode(), proc, 600)
+    finally:
+        vm.stop_run(proc)
+    console = (out / "console.log").read_text(errors="replace")
+    assert "ukl-init" not in console and "ip=10.0.2.15::10.0.2.2:" in (out / "console.cmd").read_text()
+    assert_clean(out / "console.log")
 
 
 def test_an_unknown_name_lists_the_recipes(outdir):

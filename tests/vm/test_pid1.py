@@ -74,7 +74,7 @@ def test_init_makes_no_siblings(basics):
 def test_what_needs_init_is_refused(basics, outdir):
     linux = build(REPO / "examples" / "hello" / "hello.c", "linux", outdir / "hello-pid1-linux")
     for args, message in (([linux, "--pid1"], "UKL configuration"),
-                          ([basics, "--pid1", "--forward", "18081:80"], "no network"),
+                          ([basics, "--pid1", "--sh", "true"], "need init"),
                           ([basics, "--pid1", "--", "x" * 10] + ["y"] * 40, "at most 31 arguments"),
                           ([basics, "--pid1", "--", 'say "hi"'], "double quote")):
         res = ukl("run", *map(str, args))

@@ -86,11 +86,15 @@ def test_redis_specialized_serves_and_passes_its_smoke_test(outdir):
     assert report["verified"]
     for opt in ("CONFIG_NET", "CONFIG_INET", "CONFIG_EPOLL", "CONFIG_VIRTIO_NET"):
         assert opt in report["options"], opt
-    js = outdir / "apptest-redis-special.json"
-    res = ukl("apptest", "redis", "--configs", report["config"], "--units", "unit/type/incr", "--json", js)
-    assert res.returncode == 0, res.stdout[-3000:]
-    (got,) = json.loads(js.read_text())
-    assert got["finished"] and got["counts"]["err"] == 0 and got["counts"]["ok"] >= 20, got
+    assert "CONFIG_IP_PNP" in report["options"]  # eth0 configured by the kernel for PID 1
+    # under init, and as PID 1 with the kernel configuring its network (issue 47)
+    for pid1 in ([], ["--pid1"]):
+        js = outdir / f"apptest-redis-special{'-pid1' if pid1 else ''}.json"
+        res = ukl("apptest", "redis", "--configs", report["config"], "--units", "unit/type/incr", "--json", js, *pid1)
+        assert res.returncode == 0, res.stdout[-3000:]
+        (got,) = json.loads(js.read_text())
+        assert got["finished"] and got["counts"]["err"] == 0 and got["counts"]["ok"] >= 20, got
+        assert got["pid1"] == bool(pid1), got
 
 
 def test_what_the_recorded_run_did_not_use_still_works(outdir):

@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import ALL_CONFIGS, REPO, assert_clean, build, ukl
+from ukltool.build import image as images
+from ukltool.build import initramfs
 
 SRC = REPO / "tests" / "apps" / "libc_suite.c"
 
@@ -55,10 +57,22 @@ def test_app_started_from_a_shell_and_managed_by_standard_tools(image):
     assert_clean(out / "console.log")
 
 
-def test_shell_options_need_a_userspace_image(outdir):
-    out = build(REPO / "examples" / "hello" / "hello.c", "linux", outdir / "no-userspace")
-    res = ukl("run", out, "--sh", "true")
-    assert res.returncode == 2 and "built without --userspace" in res.stdout and "Traceback" not in res.stdout
+@pytest.mark.parametrize("config", ["linux", "base"])
+def test_a_shell_without_userspace_comes_from_the_test_layer(outdir, config):
+    """Issue 47, item 1: an image without --userspace carries no busybox;
+    --sh loads the test layer for that boot alone."""
+    out = build(REPO / "examples" / "hello" / "hello.c", config, outdir / f"no-userspace-{config}")
+    archive = (out / "initramfs.cpio").read_bytes()
+    assert initramfs.read_member(archive, "bin/busybox") is None
+    assert initramfs.read_member(images.test_layer().read_bytes(), "bin/busybox") is not None
+    res = ukl("run", out, "--sh", "echo from-the-layer; ls /bin/busybox; $UKL_APP x; echo rc=$?")
+    assert res.returncode == 0, res.stdout
+    for want in ("from-the-layer", "/bin/busybox", "argv[1] = x", "rc=0"):
+        assert want in res.stdout, (want, res.stdout)
+    assert_clean(out / "console.log")
+    # the next boot without --sh has no shell: the layer came with that boot only
+    res = ukl("run", out, "--", "y")
+    assert res.returncode == 0 and "argv[1] = y" in res.stdout, res.stdout
 
 
 def test_spawning_ordinary_programs_from_the_application(image):

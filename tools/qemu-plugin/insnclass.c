@@ -53,7 +53,10 @@
  * idle time QEMU skips at each HLT; the idle count says where that applies.
  *
  * At exit QEMU calls our atexit callback, which writes a JSON report to the
- * file given as out=PATH (through PATH.partial and a rename).
+ * file given as out=PATH (through PATH.partial and a rename). With
+ * stop=last (and at=...) the plugin writes the report when the last point
+ * runs and ends QEMU there (status 0): for a guest that never ends by
+ * itself, such as a server started as PID 1.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -62,6 +65,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "insnclass.h"
 
@@ -401,6 +405,7 @@ struct point {
 
 static struct point points[MAX_POINTS];
 static unsigned int npoints, next_point;
+static int stop_at_last;		/* stop=last: end QEMU at the last point */
 static uint64_t halts;			/* HLT and MWAIT executions */
 static uint64_t reps;			/* REP string instructions' executions (iterations) */
 static uint64_t wall_start_ns;		/* when the plugin was installed */
@@ -552,6 +557,8 @@ static uint64_t wall_now_ns(void)
 
 /* udata of a point's instruction: point index | instructions left in its TB
  * << UD_LEFT_SHIFT (points need one vCPU: the order is global) */
+static void write_report(qemu_plugin_id_t id, void *udata);
+
 static void on_point(unsigned int index, void *udata)
 {
 	uintptr_t u = (uintptr_t)udata;
@@ -566,6 +573,11 @@ static void on_point(unsigned int index, void *udata)
 	p->reps = reps;
 	p->wall_ns = wall_now_ns() - wall_start_ns;
 	next_point++;
+	if (stop_at_last && next_point == npoints) {
+		/* one vCPU (at= needs it): nothing else runs guest code now */
+		write_report(0, NULL);
+		_exit(0);
+	}
 }
 
 static void on_halt(unsigned int index, void *udata)
@@ -819,12 +831,14 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
 			profile = PROFILE_REGIONS;
 		else if (!strcmp(argv[i], "profile=points"))
 			profile = PROFILE_POINTS;
+		else if (!strcmp(argv[i], "stop=last"))
+			stop_at_last = 1;
 		else if (!strncmp(argv[i], "at=", 3)) {
 			if (parse_points(argv[i] + 3))
 				return -1;
 		} else {
 			fprintf(stderr, "insnclass: unknown argument '%s' (out=PATH, inline=on|off, "
-				"profile=on|points, at=ADDR:...)\n", argv[i]);
+				"profile=on|points, at=ADDR:..., stop=last)\n", argv[i]);
 			return -1;
 		}
 	}
@@ -840,6 +854,10 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
 	nvcpus = info->system_emulation && info->system.max_vcpus > 0 ? (unsigned int)info->system.max_vcpus : 64;
 	if (npoints && nvcpus != 1) {
 		fprintf(stderr, "insnclass: at= needs one vCPU (-smp 1), not %u\n", nvcpus);
+		return -1;
+	}
+	if (stop_at_last && !npoints) {
+		fprintf(stderr, "insnclass: stop=last needs at=ADDR:...\n");
 		return -1;
 	}
 	if (profile == PROFILE_POINTS && !npoints) {

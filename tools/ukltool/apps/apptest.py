@@ -43,6 +43,7 @@ class Outcome:
     log: Path = Path()
     finished: bool = False                                  # the suite reached its end
     network: str = ""                                       # tap (private namespace) or user (forwarded port)
+    pid1: bool = False                                      # the kernel started the server as PID 1 (no init)
 
 
 def count(lines: list[str], verdicts: dict[str, str]) -> tuple[dict[str, int], list[str]]:
@@ -136,15 +137,20 @@ def use_tap(network: str) -> bool:
 
 
 def run(name: str, config: str, run_all: bool, timeout: float, units: list[str] | None = None,
-        network: str = "auto") -> Outcome:
+        network: str = "auto", pid1: bool = False) -> Outcome:
+    """PID1: the kernel starts the server as PID 1 and configures its
+    network (`ukl run --pid1`), instead of init."""
     r = recipes.load(name)
     t = r.tests
     if t is None:
         raise UklError(f"apps/{name}/recipe.toml has no [tests] section",
                        "apptest suites: " + ", ".join(n for n in recipes.names() if recipes.load(n).tests))
     kernel.fragments(config)
+    if pid1 and not kernel.is_ukl(config):
+        raise UklError(f"--pid1 with '{config}': the application is PID 1 only under UKL configurations",
+                       "leave out --pid1 for linux configurations")
     out = cache_dir() / "apptest" / f"{name}-{config}"
-    outcome = Outcome(config, log=out / "suite.log")
+    outcome = Outcome(config, log=out / "suite.log", pid1=pid1)
     # one run at a time per image directory: its image, logs and console
     with lock.held(f"apptest-{name}-{config}", f"{name}'s tests under '{config}'"):
         image.build(recipes.image_spec(r, config, out))
@@ -167,6 +173,8 @@ def _run_suite(name: str, t: recipes.Tests, out: Path, tree: Path, ns: netns.Net
     """Start the server (on NS's tap device, else behind a forwarded
     port), run the suite against it, stop it."""
     vm_cmd = [str(REPO / "ukl"), "run", str(out), "--timeout", str(timeout + 600)]
+    if outcome.pid1:
+        vm_cmd.append("--pid1")
     if ns:
         host, port = netns.GUEST_IP, t.port
         vm_cmd = ns.exec([*vm_cmd, "--tap", netns.TAP])
@@ -205,7 +213,7 @@ def _run_suite(name: str, t: recipes.Tests, out: Path, tree: Path, ns: netns.Net
 
 def save_json(outcomes: list[Outcome], path: Path) -> None:
     reporting.save_json([{"config": o.config, "counts": o.counts, "failed": o.failed, "finished": o.finished,
-                          "network": o.network, "log": str(o.log)} for o in outcomes], path)
+                          "network": o.network, "pid1": o.pid1, "log": str(o.log)} for o in outcomes], path)
 
 
 def load_json(paths: list[Path]) -> list[Outcome]:
@@ -213,7 +221,7 @@ def load_json(paths: list[Path]) -> list[Outcome]:
     one per configuration, run side by side), in order."""
     def decode(data: list[dict]) -> list[Outcome]:
         return [Outcome(d["config"], dict(d["counts"]), list(d["failed"]), Path(d["log"]), bool(d["finished"]),
-                        d.get("network", "")) for d in data]
+                        d.get("network", ""), bool(d.get("pid1", False))) for d in data]
 
     return [o for path in paths for o in reporting.load_json(path, decode, "apptest results",
                                                             "give files written by `ukl apptest NAME --json`")]
@@ -230,9 +238,12 @@ def markdown(name: str, outcomes: list[Outcome], run_all: bool, units: list[str]
     lines = [f"# {name}: tests against the application", "",
              reporting.generated_by(f"./ukl apptest {name} --configs {','.join(o.config for o in outcomes)}"
                                     + (" --all" if run_all else "") + (f" --units {','.join(units)}" if units else "")
+                                    + (" --pid1" if outcomes and outcomes[0].pid1 else "")
                                     + f" --markdown {path}"), "",
              f"`{cmd}` ({ran}), run on the host in the unmodified source tree against "
-             f"{r.build.program} in the guest ({network}), "
+             f"{r.build.program} in the guest ({network}"
+             + ("; the kernel started it as PID 1 and configured its network, no init" if outcomes and outcomes[0].pid1
+                else "") + "), "
              + (f"started with `{' '.join(r.tests.server_args)}`." if r.tests.server_args
                 else "started without arguments (its configuration file)."), "",
              "| configuration | " + " | ".join(verdicts) + " | finished |", "|---|" + "---|" * (len(verdicts) + 1)]

@@ -143,6 +143,13 @@ class Recipe:
     extends: str = ""               # the recipe this one modifies (its patches, its name)
     specialize: list[tuple[str, str]] = field(default_factory=list)  # [specialize] options: (CONFIG_X, reason)
     nodes: int = 1                  # guests its default run needs (`ukl cluster --nodes`); 1: `ukl run`
+    reads_etc: bool = False         # reads the image's /etc (users, hosts): not without an initramfs
+
+    @property
+    def needs_initramfs(self) -> bool:
+        """Does the application read files only the initramfs holds (its
+        own, or /etc), so that it cannot boot without one (--no-initramfs)?"""
+        return bool(self.files) or self.reads_etc
 
 
 # In configure and make arguments: {prefix} is where a library recipe
@@ -324,6 +331,7 @@ def load(name: str) -> Recipe:
     args = [str(a) for a in _take(img, "args", list, w, [])]
     forwards = [(int(f[0]), int(f[1])) for f in _take(img, "forward", list, w, [])]
     nodes = _take(img, "nodes", int, w, 1)
+    reads_etc = _take(img, "reads_etc", bool, w, False)
     _done(img, w)
     if isinstance(nodes, bool) or not 1 <= nodes <= 16:
         raise UklError(f"{w}: nodes = {nodes} is not 1 to 16 (the guests its default run needs)", "see apps/README.md")
@@ -379,7 +387,7 @@ def load(name: str) -> Recipe:
     description = _take(data, "description", str, where)
     _done(data, where)
     return Recipe(name, description, source, opts, [str(p) for p in host_packages], files, args,
-                  forwards, smoke, depends, bench, tests, netbench, parent, special, nodes)
+                  forwards, smoke, depends, bench, tests, netbench, parent, special, nodes, reads_etc)
 
 
 TARBALL_FILE = re.compile(r"[A-Za-z0-9._+-]+(/[A-Za-z0-9._+-]+)*")
@@ -642,14 +650,14 @@ def image_spec(r: Recipe, config: str, out: Path, files: list[tuple[Path, str]] 
                configure_args: list[str] | None = None, make_args: list[str] | None = None,
                overlays: list[Path] | None = None) -> image.BuildSpec:
     """The image build of R for CONFIG into OUT: its source fetched, its
-    dependencies built, its files (and FILES) in the image, the busybox
-    userspace beside it; extra configure and make arguments after the
-    recipe's."""
+    dependencies built, its files (and FILES) in the image (no busybox:
+    its smoke test runs with the test layer, image.test_layer()); extra
+    configure and make arguments after the recipe's."""
     check_host_packages(r)
     tree = fetch(r)
     opts = options(r, "base" if kernel.is_ukl(config) else "linux")
     opts.configure_args += configure_args or []
     opts.make_args += make_args or []
-    return image.BuildSpec([tree], config, out, opts.program, userspace=True, files=[*r.files, *(files or [])],
+    return image.BuildSpec([tree], config, out, opts.program, userspace=False, files=[*r.files, *(files or [])],
                            overlays=overlays or [], project_opts=opts, args=r.args, forwards=r.forwards,
                            recipe=r.name)

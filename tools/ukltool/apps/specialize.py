@@ -641,7 +641,8 @@ def _boot(outdir: Path, sh: str, smoke: str, log: Path, timeout: float, args: li
         script.write_text(smoke)
         smoke_cpio = Path(td) / "smoke.cpio"
         initramfs.write(initramfs.Spec().file(SMOKE_FILE, script, "0644"), smoke_cpio)
-        res = vm.boot(vm.RunSpec(bzimage=outdir / "bzImage", initrds=[outdir / "initramfs.cpio", extra, smoke_cpio],
+        initrds = image.boot_initrds(outdir, image.load(outdir), [extra, smoke_cpio], shell=True)
+        res = vm.boot(vm.RunSpec(bzimage=outdir / "bzImage", initrds=initrds,
                                  log=log, timeout=timeout, show=False, append=list(append or [])))
     return res, log.read_text(errors="replace")
 

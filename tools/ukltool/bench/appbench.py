@@ -180,7 +180,8 @@ def run_app(name: str, configs: list[str], icount: bool, requests: int | None, t
             with tempfile.TemporaryDirectory(prefix="ukl-bench-") as td:
                 extra = initramfs.args_archive([], Path(td), script(r, requests, i))
                 with ui.step(f"benchmarking {name} under '{config}' (run {i + 1} of {repeat})"):
-                    res = vm.boot(vm.RunSpec(bzimage=out / "bzImage", initrds=[out / "initramfs.cpio", extra],
+                    initrds = image.boot_initrds(out, image.load(out), [extra], shell=True)
+                    res = vm.boot(vm.RunSpec(bzimage=out / "bzImage", initrds=initrds,
                                              log=out / "console.log", timeout=timeout, icount=icount, smp=1,
                                              append=["norandmaps"], show=False,
                                              plugins=[insnclass.option(so, counts, profile)] if so and i == 0

@@ -309,11 +309,12 @@ def boot_points(outdir: Path, man: image.Manifest, server: bool, direct: bool = 
     return [setup, decompressor, elf_entry(vmlinux), stamp, main, *([reply] if server else [])]
 
 
-def plugin_option(so: Path, report: Path, points: list[int], by_function: bool = False) -> str:
+def plugin_option(so: Path, report: Path, points: list[int], by_function: bool = False, stop: bool = False) -> str:
     """BY_FUNCTION: the plugin also profiles the blocks executed between
-    each point and the next (profile=points)."""
+    each point and the next (profile=points); STOP: it ends QEMU at the
+    last point (a server as PID 1, which nothing else stops)."""
     return (insnclass.option(so, report) + ",at=" + ":".join(f"{a:x}" for a in points)
-            + (",profile=points" if by_function else ""))
+            + (",profile=points" if by_function else "") + (",stop=last" if stop else ""))
 
 
 # ---- reading a run ----
@@ -495,7 +496,8 @@ def boot_once(outdir: Path, man: image.Manifest, icount: bool, memory: int, time
               append: list[str], sh: str | None, plugins: list[str], log: Path, how: Boot) -> vm.RunResult:
     with tempfile.TemporaryDirectory(prefix="ukl-bootbench-") as td:
         extra = initramfs.args_archive(man.args if sh is None else [], Path(td), sh)
-        return vm.boot(vm.RunSpec(bzimage=outdir / "bzImage", initrds=[outdir / "initramfs.cpio", extra], log=log,
+        initrds = image.boot_initrds(outdir, man, [extra], sh is not None)
+        return vm.boot(vm.RunSpec(bzimage=outdir / "bzImage", initrds=initrds, log=log,
                                   timeout=timeout, icount=icount, smp=1, memory=f"{memory}M", append=append,
                                   show=False, accel="tcg", plugins=plugins, machine=how.machine,
                                   direct=how.direct, savings=how.savings,
@@ -503,14 +505,20 @@ def boot_once(outdir: Path, man: image.Manifest, icount: bool, memory: int, time
                                   pid1_args=list(man.args if sh is None else []), initramfs=how.initramfs))
 
 
-def smoke_passes(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: int, how: Boot) -> bool:
-    sh, expect, timeout = smoke_script(t)
-    log = outdir / f"smoke-{memory}M.log"
-    res = boot_once(outdir, man, icount, memory, timeout, [], sh, [], log, how)
-    if res.code != 0 or res.failures:
+def runs_in(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: int, how: Boot) -> bool:
+    """Does the image, as shipped (no test layer), do its work in -m
+    MEMORY? A server answers its readiness probe (init's prober), a
+    program ends with status 0 (its default arguments)."""
+    probe = server_probe(t.recipe)
+    timeout = smoke_script(t)[2]
+    log = outdir / f"least-{memory}M.log"
+    append = [f"{PROBE_ENV}={probe[0]}:{probe[1].hex()}"] if probe is not None else []
+    res = boot_once(outdir, man, icount, memory, timeout, append, None, [], log, how)
+    if res.failures or res.timed_out:
         return False
-    text = log.read_text(errors="replace")
-    return all(line in text for line in expect)
+    if probe is not None:
+        return console_tsc(log.read_text(errors="replace"), "reply") is not None
+    return res.code == 0
 
 
 def points_boot(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: int, timeout: float,
@@ -520,6 +528,11 @@ def points_boot(outdir: Path, man: image.Manifest, t: Target, icount: bool, memo
     (the prober then stops it). The plugin's report, and how many points
     it watched."""
     probe = server_probe(t.recipe)
+    # As PID 1 there is no init to probe a server: its boot is timed to
+    # main(), where the plugin ends the run
+    stop = how.pid1 and probe is not None
+    if how.pid1:
+        probe = None
     points = boot_points(outdir, man, probe is not None, how.direct, how.pid1)
     report = outdir / ("bootbench-profile.json" if by_function else "bootbench-points.json")
     report.unlink(missing_ok=True)
@@ -527,7 +540,7 @@ def points_boot(outdir: Path, man: image.Manifest, t: Target, icount: bool, memo
     if probe is not None:
         append.append(f"{PROBE_ENV}={probe[0]}:{probe[1].hex()}")
     res = boot_once(outdir, man, icount, memory, timeout, append, None,
-                    [plugin_option(insnclass.build(), report, points, by_function)], log, how)
+                    [plugin_option(insnclass.build(), report, points, by_function, stop)], log, how)
     if res.failures or res.timed_out or not report.is_file():
         raise UklError(f"{t.label} under '{man.config}' did not boot to the end"
                        + (" while profiled" if by_function else "") + f" (status {res.code})", f"see {log}")
@@ -541,7 +554,7 @@ def measure(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: 
     read, _ = points_boot(outdir, man, t, icount, memory, timeout, how, log)
     console = log.read_text(errors="replace")
     tl = timeline(read.points or [], console_tsc(console, "stamp"), console_tsc(console, "reply"), icount, how.pid1)
-    if server_probe(t.recipe) is not None and tl.reply_instructions is None:
+    if server_probe(t.recipe) is not None and not how.pid1 and tl.reply_instructions is None:
         raise UklError(f"{t.label} under '{man.config}': no answer to its readiness probe", f"see {log}")
     return tl
 
@@ -668,14 +681,16 @@ def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, 
                 functions = profile_boot(out, man, t, icount, memory, timeout, how)
         least: int | None = None
         trials: list[tuple[int, bool]] = []
-        if mem_range is not None:
+        notes = list(first.notes)
+        if mem_range is not None and how.pid1 and server_probe(t.recipe) is not None:
+            notes.append("least memory not measured: as PID 1 a server has no init to probe it (see its init row)")
+        elif mem_range is not None:
             lo, hi = mem_range
             with ui.step(f"bisecting {t.label}'s least memory under '{config}', {boot} ({lo}..{hi} MiB)") as st:
                 def ok(mib: int) -> bool:
                     st.update(f"{mib} MiB")
-                    return smoke_passes(out, man, t, icount, mib, how)
+                    return runs_in(out, man, t, icount, mib, how)
                 least, trials = bisect_memory(ok, lo, hi, steps)
-    notes = list(first.notes)
     if len({r.instructions for r in runs}) > 1:
         notes.append("the runs' instruction counts differ")
     return Row(t.label, config, specialized, man.kernel_release, sizes.image_bytes, sizes.kernel_bytes,
@@ -711,13 +726,11 @@ def run(apps: list[str], configs: list[str], icount: bool, repeat: int, mem_rang
         for config in configs:
             for special, comp, boot in itertools.product((False, True) if specialized else (False,),
                                                          comps, methods):
-                if BOOTS[boot].pid1 and (not kernel.is_ukl(config) or server_probe(t.recipe) is not None
-                                         or smoke_script(t)[0] is not None):
-                    ui.info(f"{boot} skipped for {t.label} under '{config}': PID 1 needs a UKL configuration "
-                            "and an application without network or a smoke-test script")
+                if BOOTS[boot].pid1 and not kernel.is_ukl(config):
+                    ui.info(f"{boot} skipped for {t.label} under '{config}': PID 1 needs a UKL configuration")
                     continue
-                if not BOOTS[boot].initramfs and t.recipe is not None:
-                    ui.info(f"{boot} skipped for {t.label}: a recipe's image carries files (its userspace)")
+                if not BOOTS[boot].initramfs and t.recipe is not None and t.recipe.needs_initramfs:
+                    ui.info(f"{boot} skipped for {t.label}: it reads files only an initramfs holds")
                     continue
                 if BOOTS[boot].direct and comp not in (None, "lz4", "gzip"):
                     ui.info(f"{boot} skipped for the {comp} kernel: direct boot reads LZ4 or gzip kernels")

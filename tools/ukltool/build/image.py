@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -83,6 +85,42 @@ def add_userspace(spec: initramfs.Spec, perf: bool = False) -> None:
                 spec.dir(d)
                 dirs.add(d)
         spec.file(str(lib), real, "0755")
+
+
+def test_layer() -> Path:
+    """The test layer: busybox and its applets in an archive of their own,
+    made once per busybox (in the cache). `ukl run --sh`, smoke tests and
+    benchmark scripts load it before an image's initramfs; images never
+    carry it, so what `ukl pkg` ships is the application's own files."""
+    if not BUSYBOX.is_file():
+        raise UklError(f"{BUSYBOX} is missing: the test layer (a shell and tools for checks) is made from it",
+                       "install busybox-static (`make demo` does)")
+    digest = hashlib.sha256(BUSYBOX.read_bytes()).hexdigest()[:16]
+    out = cache_dir() / "layers" / f"test-busybox-{digest}.cpio"
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    spec = initramfs.Spec().dir("/bin")  # loaded first: before the image's /bin
+    add_userspace(spec)
+    # a name of its own per writer: two runs may make it at once
+    fd, tmp = tempfile.mkstemp(prefix=out.name + ".", suffix=".partial", dir=out.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            initramfs.write_to(spec, fh)
+        os.replace(tmp, out)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return out
+
+
+def boot_initrds(outdir: Path, man: Manifest, extra: list[Path], shell: bool) -> list[Path]:
+    """What a boot of OUTDIR loads, in order: with SHELL (a shell script
+    runs: `--sh`, a smoke test) the test layer unless the image has its own
+    userspace, then the image's initramfs, then EXTRA (its arguments,
+    scripts). The layer comes first so that the image's files win over
+    busybox's names where both have one."""
+    layer = [test_layer()] if shell and not man.userspace else []
+    return [*layer, outdir / "initramfs.cpio", *extra]
 
 
 PARTIAL_MARK = ".ukl-partial"  # in OUTDIR.partial while ukl build writes it
@@ -324,6 +362,11 @@ def kernel_has(man: Manifest, function: str) -> bool:
 def has_network_device(man: Manifest) -> bool:
     """Does the image's kernel have the virtio network driver (its probe function)?"""
     return kernel_has(man, "virtnet_probe")
+
+
+def configures_ip(man: Manifest) -> bool:
+    """Does the image's kernel configure eth0 itself from ip= (IP_PNP)?"""
+    return kernel_has(man, "ip_auto_config_setup")
 
 
 def has_block_device(man: Manifest) -> bool:

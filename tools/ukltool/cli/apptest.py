@@ -39,6 +39,9 @@ def apptest_parser(sub: argparse._SubParsersAction) -> None:
     at.add_argument("--network", choices=("auto", "tap", "user"), default="auto",
                     help="tap: the guest on a tap device in a private network namespace (root); user: QEMU's "
                     "user network and a forwarded port; auto (default): tap where it can be made")
+    at.add_argument("--pid1", action="store_true",
+                    help="the kernel starts the application as PID 1 and configures its network from ip= "
+                    "(`ukl run --pid1`), with no init program (UKL configurations)")
     report_options(at)
     at.set_defaults(func=cmd_apptest)
 
@@ -48,7 +51,7 @@ def cmd_apptest(a: argparse.Namespace) -> int:
     if a.from_json:
         outcomes = apptest.load_json(a.from_json)
     else:
-        outcomes = [apptest.run(a.name, c, a.all, a.timeout, a.units, a.network) for c in configs]
+        outcomes = [apptest.run(a.name, c, a.all, a.timeout, a.units, a.network, a.pid1) for c in configs]
     verdicts = list(outcomes[0].counts) if outcomes else []
     table = Table("configuration", *verdicts, "finished", title=f"{a.name}: tests against the application")
     for o in outcomes:

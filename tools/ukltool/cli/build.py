@@ -34,9 +34,9 @@ def build_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("-o", "--output", type=Path, default=Path("out"), metavar="OUTDIR",
                    help="output directory (default: out)")
     b.add_argument("--userspace", action="store_true",
-                   help="add a small Linux userspace (busybox: sh, ps, kill, top, ...) beside the application, "
-                   "which is then started as /ukl/NAME from `ukl run --sh` or --shell (a recipe's image has it "
-                   "always)")
+                   help="ship a small Linux userspace (busybox: sh, ps, kill, top, ...) in the image beside the "
+                   "application (`ukl run --sh` and --shell work without it: they load a test layer for that "
+                   "boot alone)")
     b.add_argument("--perf", action="store_true",
                    help="add Debian's perf with its shared libraries (about 33 MB) to the userspace; "
                    "implies --userspace")
@@ -161,6 +161,7 @@ def cmd_build(a: argparse.Namespace) -> int:
         def make_spec(config: str, out: Path, extra: list[tuple[Path, str]]) -> image.BuildSpec:
             spec = recipes.image_spec(r, config, out, [*a.file, *extra], a.configure_args, a.make_args, a.overlay)
             spec.perf, spec.compression, spec.optimize = a.perf, a.compression, a.optimize
+            spec.userspace = a.userspace
             return spec
     else:
         r = None

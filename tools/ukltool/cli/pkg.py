@@ -34,6 +34,11 @@ def pkg_parser(sub: argparse._SubParsersAction) -> None:
     pk.add_argument("--hypervisor", default="qemu", metavar="NAME",
                     help="the monitor urunc starts: qemu (default; boots bzImage) or firecracker (boots the "
                     "uncompressed vmlinux; needs KVM)")
+    pk.add_argument("--start", choices=ocipkg.STARTS, default="auto",
+                    help="what the kernel starts: init, which starts the application and reports its exit "
+                    "status (urunc's exitStatus), or pid1, the application itself with eth0 configured by the "
+                    "kernel from urunc's ip= (UKL images; no status report); auto (default): pid1 for a server "
+                    "(an image with forwarded ports) where the image allows it, else init")
     pk.set_defaults(func=cmd_pkg)
 
 
@@ -45,11 +50,13 @@ def cmd_pkg(a: argparse.Namespace) -> int:
             raise UklError("--firecracker writes a directory for Firecracker itself: no --oci or --tag with it",
                            "run ukl pkg once for each (an OCI image for Firecracker: --oci with "
                            "--hypervisor firecracker)")
-        ocipkg.firecracker_dir(a.outdir, a.firecracker)
+        ocipkg.firecracker_dir(a.outdir, a.firecracker, a.start)
         ui.info(f"wrote {a.firecracker}: run `firecracker --no-api --config-file {ocipkg.FIRECRACKER_CONFIG}` "
                 f"in it with a tap device {ocipkg.FIRECRACKER_TAP} (Firecracker needs KVM)")
         return 0
-    pkg = ocipkg.package(a.outdir, a.oci, a.tag, a.hypervisor)
-    ui.info(f"wrote {a.oci}: {pkg.reference} ({pkg.manifest.digest}); "
+    pkg = ocipkg.package(a.outdir, a.oci, a.tag, a.hypervisor, a.start)
+    started = "the application as PID 1" if pkg.urunc[ocipkg.ANNOT + "cmdline"].split()[0] != ocipkg.INIT \
+        else "init"
+    ui.info(f"wrote {a.oci}: {pkg.reference} ({pkg.manifest.digest}), starting {started}; "
             f"import it with `ctr image import {a.oci}`")
     return 0

@@ -68,8 +68,9 @@ def run_parser(sub: argparse._SubParsersAction) -> None:
                    help="boot the uncompressed kernel through its PVH entry: no firmware and no decompression "
                    "(the x86/HVM direct boot ABI, as Firecracker boots)")
     r.add_argument("--pid1", action="store_true",
-                   help="the kernel starts the application itself, as PID 1: no init program, nothing mounted, "
-                   "no network set up (UKL configurations; not --userspace images)")
+                   help="the kernel starts the application itself, as PID 1: no init program, nothing mounted; "
+                   "with --forward or --tap the kernel configures eth0 from ip= (UKL configurations; not "
+                   "--userspace images)")
     r.add_argument("--no-initramfs", action="store_true",
                    help="with --pid1: load no initramfs; the kernel makes the application's file itself "
                    "(ukl.init=) and the application sees an empty root (no /etc, no /tmp; not for images "
@@ -88,7 +89,8 @@ def run_parser(sub: argparse._SubParsersAction) -> None:
                    "IFNAME instead of QEMU's user network; --forward does not apply")
     g.add_argument("--mac", metavar="MAC",
                    help="eth0's MAC address (default QEMU's 52:54:00:12:34:56; guests on one network need their own)")
-    g = r.add_argument_group("shell (images built with --userspace)")
+    g = r.add_argument_group("shell (busybox: the image's own with --userspace, else the test layer, which "
+                             "this boot alone loads)")
     sh = g.add_mutually_exclusive_group()
     sh.add_argument("--sh", metavar="COMMANDS",
                     help="run this shell command line in the guest instead of the application and exit with its "
@@ -117,12 +119,14 @@ def check_pid1_run(a: argparse.Namespace, man: image.Manifest, sh: str | None,
     if not kernel.is_ukl(man.config):
         why = (f"it was built for '{man.config}', where the application is an ordinary program and the exit of "
                "PID 1 panics", "build it for a UKL configuration (--config base)")
-    elif man.userspace or sh is not None:
+    elif man.userspace:
         why = ("a --userspace image keeps its init (the shell and tools run beside the application)",
                "run it without --pid1")
-    elif forwards or a.tap:
-        why = ("the application as PID 1 has no network: init is what configures eth0",
-               "run it without --pid1 (and without --forward/--tap if it needs no network)")
+    elif sh is not None:
+        why = ("--sh and --shell need init, which starts the shell", "run it without --pid1")
+    elif (forwards or a.tap) and not image.configures_ip(man):
+        why = ("its kernel cannot configure eth0 from ip= (it has no IP_PNP: built before ukl gave it that), "
+               "and with no init nothing else does", "rebuild it, or run it without --pid1")
     elif a.remote is not None:
         why = ("remote system calls are not supported with the application as PID 1", "run it without --pid1")
     elif a.no_initramfs and man.user_files:
@@ -135,9 +139,6 @@ def check_pid1_run(a: argparse.Namespace, man: image.Manifest, sh: str | None,
 def cmd_run(a: argparse.Namespace) -> int:
     man = image.load(a.outdir)  # refuses what is not a build result
     sh = "" if a.shell else a.sh
-    if sh is not None and not man.userspace:
-        raise UklError(f"{a.outdir} has no shell: it was built without --userspace",
-                       f"rebuild it with `ukl build ... --userspace -o {a.outdir}`")
     if sh is not None and a.args:
         raise UklError("application arguments cannot be combined with --sh or --shell",
                        f"start the application in the command line: --sh '/ukl/{man.app} ARGS'")
@@ -186,7 +187,8 @@ def cmd_run(a: argparse.Namespace) -> int:
         extra = initramfs.args_archive(app_args, Path(td), sh)
         disk = cores.make_disk(Path(td) / "cores.img", remote.parse_memory(vm.RunSpec.memory)) \
             if a.core is not None else None
-        res = vm.boot(vm.RunSpec(bzimage=a.outdir / "bzImage", initrds=[a.outdir / "initramfs.cpio", extra],
+        initrds = image.boot_initrds(a.outdir, man, [extra], sh is not None)
+        res = vm.boot(vm.RunSpec(bzimage=a.outdir / "bzImage", initrds=initrds,
                                  log=log, timeout=a.timeout, icount=a.icount, append=append,
                                  forwards=forwards, tap=a.tap, smp=run_smp(a.smp, a.icount), verbose=a.verbose,
                                  interactive=a.shell, accel=None if a.accel == "auto" else a.accel,

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ukltool.build import image, protocol
-from ukltool.linux import bzimage
+from ukltool.linux import bzimage, kernel
 from ukltool.run import vm
 from ukltool.util import ui
 from ukltool.util.errors import UklError
@@ -114,21 +114,55 @@ def check_hypervisor(name: str) -> str:
                    f"choose one of {', '.join(HYPERVISORS)} (urunc's monitors that boot Linux)")
 
 
-def urunc_values(hypervisor: str, args: list[str], initrd: bool) -> dict[str, str]:
-    """urunc's settings, plain; encode() gives them as urunc reads them."""
+STARTS = ("auto", "pid1", "init")
+
+
+def pid1_refusal(man: image.Manifest) -> str | None:
+    """Why the kernel cannot start MAN's application as PID 1 in a
+    container (None: it can)."""
+    if not kernel.is_ukl(man.config):
+        return f"it was built for '{man.config}', where the application is an ordinary program"
+    if man.userspace:
+        return "it carries a userspace (--userspace), which init runs beside the application"
+    if _ports(man) and not image.configures_ip(man):
+        return "its kernel cannot configure eth0 from urunc's ip= (no IP_PNP: built before ukl gave it that)"
+    return None
+
+
+def pid1_start(man: image.Manifest, start: str) -> bool:
+    """Does the container start the application as PID 1 (no init)? START
+    auto: where the image allows it and serves ports (a server, whose
+    status nobody waits for: under urunc only init reports a container's
+    exit status); pid1 or init: as asked."""
+    if start not in STARTS:
+        raise UklError(f"--start {start!r}: not one of {', '.join(STARTS)}", "give --start auto, pid1 or init")
+    why = pid1_refusal(man)
+    if start == "pid1" and why:
+        raise UklError(f"--start pid1: {why}", "package it with --start init (or auto)")
+    return start == "pid1" or (start == "auto" and why is None and bool(_ports(man)))
+
+
+def entrypoint(man: image.Manifest, pid1: bool) -> str:
+    """What the kernel starts (rdinit=): init, or the application itself."""
+    return f"/ukl/{man.app}" if pid1 else INIT
+
+
+def urunc_values(hypervisor: str, args: list[str], initrd: bool, start: str = INIT) -> dict[str, str]:
+    """urunc's settings, plain; encode() gives them as urunc reads them.
+    START: the entrypoint (init, or the application as PID 1)."""
     vals = {
         "unikernelType": "linux",
         "unikernelVersion": "",
         "hypervisor": hypervisor,
         "binary": KERNEL[hypervisor],
         # used by urunc only when the container has no process arguments
-        "cmdline": " ".join([INIT, *args]),
+        "cmdline": " ".join([start, *args]),
         # urunc treats a missing value as true (and wants devmapper)
         "useDMBlock": "false",
     }
     if initrd:
         vals["initrd"] = INITRD
-        if hypervisor == "qemu":
+        if hypervisor == "qemu" and start == INIT:
             # ukl-init writes "status N" on ttyS1: with urunc's patch
             # (deploy/urunc/patches/0003) it is the container's status
             vals["exitStatus"] = "serial"
@@ -253,17 +287,18 @@ def _kernel_bytes(outdir: Path, hypervisor: str) -> bytes:
     return bzimage.direct_kernel(bz.read_bytes(), str(bz))[0]
 
 
-def build(outdir: Path, tag: str | None = None, hypervisor: str = "qemu") -> Package:
-    """The archive's parts for the image in OUTDIR."""
+def build(outdir: Path, tag: str | None = None, hypervisor: str = "qemu", start: str = "auto") -> Package:
+    """The archive's parts for the image in OUTDIR; START: see pid1_start()."""
     man = image.load(outdir)  # refuses what is not a build result
     hypervisor = check_hypervisor(hypervisor)
+    entry = entrypoint(man, pid1_start(man, start))
     ref = normalize_reference(tag if tag is not None else default_tag(man.app))
     kernel_data = _kernel_bytes(outdir, hypervisor)
     initrd = outdir / "initramfs.cpio"
     has_initrd = initrd.is_file()
     for w in check_urunc_args(list(man.args)):
         ui.warn(w)
-    values = urunc_values(hypervisor, list(man.args), has_initrd)
+    values = urunc_values(hypervisor, list(man.args), has_initrd, entry)
     encoded = encode(values)
     entries: list[tuple[str, bytes | None, int]] = [("ukl", None, 0o755),
                                                     (KERNEL[hypervisor].lstrip("/"), kernel_data, 0o644)]
@@ -277,7 +312,7 @@ def build(outdir: Path, tag: str | None = None, hypervisor: str = "qemu") -> Pac
                   f"{man.app} linked into Linux {man.kernel_release} (UKL configuration {man.config})",
               "dev.ukl.config": man.config, "dev.ukl.kernel-release": man.kernel_release,
               "dev.ukl.linux-version": man.linux_version}
-    cfg: dict[str, object] = {"Entrypoint": [INIT], "Cmd": list(man.args), "Env": list(ENV), "Labels": labels,
+    cfg: dict[str, object] = {"Entrypoint": [entry], "Cmd": list(man.args), "Env": list(ENV), "Labels": labels,
                               "WorkingDir": "/"}
     ports = _ports(man)
     if ports:
@@ -341,8 +376,9 @@ def write(data: bytes, target: Path) -> None:
             os.unlink(tmp)
 
 
-def package(outdir: Path, target: Path, tag: str | None = None, hypervisor: str = "qemu") -> Package:
-    pkg = build(outdir, tag, hypervisor)
+def package(outdir: Path, target: Path, tag: str | None = None, hypervisor: str = "qemu",
+            start: str = "auto") -> Package:
+    pkg = build(outdir, tag, hypervisor, start)
     write(archive_bytes(pkg), target)
     return pkg
 
@@ -359,12 +395,13 @@ def _cmdline_word(arg: str) -> str:
     return vm.init_arg_word(arg, "change the image's arguments (ukl build ... then ukl pkg)")
 
 
-def firecracker_config(man: image.Manifest, initrd: bool) -> dict[str, object]:
+def firecracker_config(man: image.Manifest, initrd: bool, pid1: bool = False) -> dict[str, object]:
     args = " ".join(_cmdline_word(a) for a in man.args)
-    # ip=: ukl-init gives eth0 the address `ukl run` gives it; reboot=k:
-    # Firecracker ends when the guest resets through the keyboard controller
+    # ip=: eth0 gets the address `ukl run` gives it (from the kernel where
+    # it has IP_PNP, else from ukl-init); reboot=k: Firecracker ends when
+    # the guest resets through the keyboard controller
     boot = (f"console=ttyS0 reboot=k panic=-1 pci=off ip=10.0.2.15::10.0.2.2:255.255.255.0::eth0:off "
-            f"{' '.join(ENV)} rdinit={INIT} --" + (f" {args}" if args else ""))
+            f"{' '.join(ENV)} rdinit={entrypoint(man, pid1)} --" + (f" {args}" if args else ""))
     source: dict[str, object] = {"kernel_image_path": "vmlinux", "boot_args": boot}
     if initrd:
         source["initrd_path"] = "initramfs.cpio"
@@ -412,7 +449,7 @@ def _firecracker_owned(target: Path) -> set[str]:
 FIRECRACKER_FILES = ("vmlinux", "initramfs.cpio", FIRECRACKER_CONFIG)
 
 
-def firecracker_dir(outdir: Path, target: Path) -> Path:
+def firecracker_dir(outdir: Path, target: Path, start: str = "auto") -> Path:
     """DIR with vmlinux (the uncompressed kernel: Firecracker boots an ELF),
     the initramfs and vm-config.json. A new DIR is written beside it and
     renamed; an earlier one gets each file replaced atomically. Only the
@@ -422,7 +459,8 @@ def firecracker_dir(outdir: Path, target: Path) -> Path:
     vmlinux = _kernel_bytes(outdir, "firecracker")
     initrd = outdir / "initramfs.cpio"
     owned = _firecracker_owned(target)
-    files: dict[str, bytes] = {"vmlinux": vmlinux, FIRECRACKER_CONFIG: _json(firecracker_config(man, initrd.is_file()))}
+    fc = firecracker_config(man, initrd.is_file(), pid1_start(man, start))
+    files: dict[str, bytes] = {"vmlinux": vmlinux, FIRECRACKER_CONFIG: _json(fc)}
     if initrd.is_file():
         files["initramfs.cpio"] = initrd.read_bytes()
     mark = "".join(f"{n}\n" for n in sorted(files)).encode()

@@ -268,6 +268,12 @@ def check_machine(spec: RunSpec) -> None:
                        "run without --machine microvm")
 
 
+# eth0 as init configures it (guest/init.c), for the kernel to apply
+# (ip=ADDR:SERVER:GATEWAY:NETMASK:HOST:DEVICE:AUTOCONF, IP_PNP) when the
+# application is PID 1: QEMU's user network, and `--tap` networks, which
+# give the host the same 10.0.2.2 (run/netns.py)
+PID1_IP = "ip=10.0.2.15::10.0.2.2:255.255.255.0::eth0:off"
+
 # Under --icount: QEMU's seed for guest randomness, and the guest's date
 ICOUNT_SEED = "1"
 ICOUNT_DATE = "2026-01-01T00:00:00"
@@ -302,6 +308,8 @@ def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path | None, stat
         # the unknown words before it (nokaslr) from init's arguments.
         # With no initramfs the kernel makes the application's file itself
         # (patch "x86/ukl: start the application as init without an initramfs").
+        if (spec.forwards or spec.tap) and not any(w.startswith("ip=") for w in append):
+            append.append(PID1_IP)  # no init: the kernel configures eth0 (IP_PNP)
         append += [*([] if spec.initramfs else [f"ukl.init={spec.pid1}"]),
                    f"rdinit={spec.pid1}", "--", *(pid1_word(a) for a in spec.pid1_args)]
         if len(" ".join(append).encode()) >= COMMAND_LINE_SIZE:
