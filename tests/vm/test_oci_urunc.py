@@ -114,6 +114,8 @@ def test_redis_answers_through_the_container_network(containerd, outdir, tmp_pat
     cfg = json.loads(subprocess.run(["skopeo", "inspect", "--config", f"oci-archive:{tar}"], capture_output=True,
                                     text=True, check=True).stdout)["config"]
     assert cfg["ExposedPorts"] == {"6379/tcp": {}} and "--protected-mode" in cfg["Cmd"]
+    # a server: the kernel starts it as PID 1 and configures eth0 from urunc's ip= (issue 47)
+    assert cfg["Entrypoint"] == ["/ukl/redis-server"]
     log = tmp_path / "redis.log"
     with container_network("redis", tmp_path) as (client, ctr_ns, addr):
         with open(log, "w") as fh:
@@ -138,5 +140,6 @@ def test_redis_answers_through_the_container_network(containerd, outdir, tmp_pat
             run.wait(timeout=120)
     text = log.read_text()
     assert f"ip={addr}::" in text and "Ready to accept connections" in text, text[-3000:]
+    assert "ukl-init" not in text and "IP-Config: Complete" in text and "pid=1," in text, text[-3000:]
     assert containerd.ctr("container", "ls", "-q").stdout.strip() == ""
     assert not leftovers(containerd.root)
