@@ -12,8 +12,8 @@
  *                    as MPI's singleton MPI_Init.
  *   UKL_MPI_RANK     this rank, 0..N-1 (required with UKL_MPI_HOSTS).
  *   UKL_MPI_PORT     the port of an entry that names none (default 7350).
- *   UKL_MPI_TIMEOUT  seconds for the connection setup, and for the peers'
- *                    closing in MPI_Finalize (default 60).
+ *   UKL_MPI_TIMEOUT  seconds for the connection setup, and for
+ *                    MPI_Finalize (default 60).
  *   UKL_MPI_WAIT     block (default): a rank that waits sleeps in poll();
  *                    spin: it calls poll() with a zero timeout in a loop,
  *                    as MPICH's and Open MPI's TCP transports do.
@@ -53,11 +53,17 @@
  * all send large messages to each other at once cannot deadlock. MPI_Send
  * returns once its data is in the socket (a valid standard-mode send).
  *
- * MPI_Finalize writes the queued sends, shuts each connection down for
- * writing and reads until each peer's end of file (at most
- * UKL_MPI_TIMEOUT seconds; a peer that does not close is a warning), so
- * that no rank's last message is lost to a reset; then it frees
- * everything.
+ * MPI_Finalize writes the queued sends and a goodbye (a header with tag
+ * BYE_TAG and no bytes) to every peer, shuts each connection down for
+ * writing and reads until each peer's end of file, so that no rank's last
+ * message is lost to a reset; then it frees everything. It takes at most
+ * UKL_MPI_TIMEOUT seconds: a peer that does not read what is queued for
+ * it, or does not close within that time (stopped, hung, its machine
+ * gone without a word), is an error naming it, as is a peer whose
+ * connection closed without its goodbye (it ended without MPI_Finalize,
+ * or was killed). Without a launcher to stop the job, that is how the
+ * other ranks end with a failure, as under mpiexec, instead of waiting
+ * forever or reporting success.
  *
  * Errors (bad values, setup failures, a peer closing its connection while
  * a receive waits for it or in the middle of a message, a message longer
@@ -105,8 +111,9 @@
 #define DEFAULT_TIMEOUT		60
 #define MAX_RANKS		4096
 #define HELLO_MAGIC		0x554b4d48u	/* "UKMH" */
-#define HELLO_VERSION		1u
+#define HELLO_VERSION		2u	/* 2: MPI_Finalize's goodbye */
 #define MSG_MAGIC		0x554b4d4du	/* "UKMM" */
+#define BYE_TAG			(-1)		/* MPI_Finalize's goodbye; user tags are >= 0 */
 #define RBUF_SIZE		65536
 #define DIRECT_MIN		(RBUF_SIZE / 2)
 #define RETRY_MS		100
@@ -133,6 +140,7 @@ struct ukl_mpi_request {
 	struct ukl_mpi_request *next;	/* send queue, posted list, free list */
 	int kind;
 	bool done;
+	bool internal;		/* the library's own (the goodbye): freed once written */
 	int peer;
 	int tag;
 	char *buf;
@@ -156,6 +164,8 @@ struct umsg {
 struct peer {
 	int fd;
 	bool eof;			/* no more input */
+	bool bye;			/* its MPI_Finalize's goodbye arrived */
+	bool shut;			/* MPI_Finalize: shut down for writing */
 	struct sockaddr_in addr;
 	struct ukl_mpi_request *sendq, *sendq_tail;
 	struct ukl_mpi_request *posted, *posted_tail;
@@ -746,6 +756,9 @@ static bool write_some(struct peer *p, struct ukl_mpi_request *r)
 				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
 				return false;
+			/* a goodbye to a peer that is gone: its end of file says so (drain_all) */
+			if (r->internal && (errno == EPIPE || errno == ECONNRESET))
+				return true;
 			die(peer_name(r->peer, name, sizeof(name)), "sending a message with tag %d: %s",
 			    r->tag, strerror(errno));
 		}
@@ -766,6 +779,8 @@ static void flush(struct peer *p)
 		if (!p->sendq)
 			p->sendq_tail = NULL;
 		r->next = NULL;
+		if (r->internal)
+			free_req(r);
 	}
 }
 
@@ -792,6 +807,10 @@ static void begin_message(struct peer *p, int src, const struct wire_hdr *h)
 	struct ukl_mpi_request *r;
 	char name[64];
 
+	if (h->magic == MSG_MAGIC && h->tag == BYE_TAG && h->len == 0) {
+		p->bye = true;
+		return;
+	}
 	/* no valid message is longer than INT_MAX elements of 8 bytes */
 	if (h->magic != MSG_MAGIC || h->tag < 0 || h->len > (uint64_t)INT_MAX * 8)
 		die(peer_name(src, name, sizeof(name)), "garbled message header (magic %08x, tag %d, length %llu)",
@@ -1277,45 +1296,147 @@ static void print_stats(void)
 		now.ru_nvcsw - w.start.ru_nvcsw, now.ru_nivcsw - w.start.ru_nivcsw);
 }
 
+/* Bytes of P's queued sends not written yet. */
+static size_t unsent(const struct peer *p)
+{
+	size_t n = 0;
+
+	for (const struct ukl_mpi_request *r = p->sendq; r; r = r->next)
+		n += sizeof(r->hdr) + r->len - r->off;
+	return n;
+}
+
+static bool has_unsent(int r)
+{
+	return w.peers[r].sendq != NULL;
+}
+
+static bool still_open(int r)
+{
+	return w.peers[r].fd >= 0 && !w.peers[r].eof;
+}
+
+/* "rank R at ADDR:PORT, ..." into LIST: the peers SELECTED picks, each
+ * with its bytes not sent yet, if any (as many as fit). */
+static void peer_list(bool (*selected)(int r), char *list, size_t size)
+{
+	size_t len = 0;
+
+	list[0] = '\0';
+	for (int r = 0; r < w.size; r++) {
+		char name[64], entry[128];
+		int n;
+
+		if (r == w.rank || !selected(r))
+			continue;
+		peer_name(r, name, sizeof(name));
+		if (has_unsent(r))
+			n = snprintf(entry, sizeof(entry), "%s%s (%zu bytes unsent)", len ? ", " : "", name,
+				     unsent(&w.peers[r]));
+		else
+			n = snprintf(entry, sizeof(entry), "%s%s", len ? ", " : "", name);
+		if (n < 0 || (size_t)n >= sizeof(entry) || (size_t)n >= size - len)
+			break;
+		memcpy(list + len, entry, (size_t)n + 1);
+		len += (size_t)n;
+	}
+}
+
+/* Queue the goodbye to every peer, after what is queued for it. */
+static void say_goodbye(void)
+{
+	for (int r = 0; r < w.size; r++) {
+		struct peer *p = &w.peers[r];
+		struct ukl_mpi_request *q;
+
+		if (p->fd < 0)
+			continue;
+		q = new_req(REQ_SEND, r, BYE_TAG, NULL, 0);
+		q->internal = true;
+		q->hdr.magic = MSG_MAGIC;
+		q->hdr.tag = BYE_TAG;
+		q->hdr.len = 0;
+		if (p->sendq_tail)
+			p->sendq_tail->next = q;
+		else
+			p->sendq = q;
+		p->sendq_tail = q;
+	}
+}
+
+/* Write every queued send (MPI_Isends never waited for, the goodbyes)
+ * before DEADLINE: a peer that reads nothing would hold this rank. Each
+ * connection is shut down for writing once its last byte is out, so that
+ * a peer waits for no other. */
+static void flush_all(uint64_t deadline)
+{
+	char list[512];
+
+	for (;;) {
+		bool queued = false;
+
+		for (int r = 0; r < w.size; r++) {
+			struct peer *p = &w.peers[r];
+
+			if (p->fd < 0 || p->shut)
+				continue;
+			if (p->sendq) {
+				queued = true;
+			} else {
+				shutdown(p->fd, SHUT_WR);
+				p->shut = true;
+			}
+		}
+		if (!queued)
+			return;
+		if (ms_left(deadline) == 0)
+			break;
+		if (!progress(w.spin ? 0 : ms_left(deadline)))
+			return;
+	}
+	peer_list(has_unsent, list, sizeof(list));
+	die("UKL_MPI_TIMEOUT", "MPI_Finalize: %s did not take this rank's last messages within %d s", list,
+	    w.timeout);
+}
+
+/* Read until every peer has closed, before DEADLINE; each must have said
+ * goodbye first. */
+static void drain_all(uint64_t deadline)
+{
+	char list[512], name[64];
+
+	for (;;) {
+		bool open = false;
+
+		for (int r = 0; r < w.size; r++) {
+			struct peer *p = &w.peers[r];
+
+			if (p->fd >= 0 && p->eof && !p->bye)
+				die(peer_name(r, name, sizeof(name)), "MPI_Finalize: the connection closed "
+				    "without the peer's MPI_Finalize: it ended without it, or was killed");
+			open |= still_open(r);
+		}
+		if (!open)
+			return;
+		if (ms_left(deadline) == 0)
+			break;
+		progress(ms_left(deadline));
+	}
+	peer_list(still_open, list, sizeof(list));
+	die("UKL_MPI_TIMEOUT", "MPI_Finalize: %s did not finalize within %d s", list, w.timeout);
+}
+
 int MPI_Finalize(void)
 {
 	uint64_t deadline;
-	bool open;
 
 	check_world("MPI_Finalize", MPI_COMM_WORLD);
 	if (w.stats)
 		print_stats();
-	/* Write every queued send. */
-	for (;;) {
-		bool queued = false;
-
-		for (int r = 0; r < w.size; r++)
-			queued |= w.peers[r].sendq != NULL;
-		if (!queued)
-			break;
-		if (!progress(w.spin ? 0 : -1))
-			break;
-	}
-	/* Close for writing, and read until each peer has closed. */
-	for (int r = 0; r < w.size; r++)
-		if (w.peers[r].fd >= 0)
-			shutdown(w.peers[r].fd, SHUT_WR);
 	deadline = now_ns() + (uint64_t)w.timeout * 1000000000u;
-	do {
-		open = false;
-		for (int r = 0; r < w.size; r++)
-			open |= w.peers[r].fd >= 0 && !w.peers[r].eof;
-		if (open && ms_left(deadline) == 0) {
-			for (int r = 0; r < w.size; r++) {
-				char name[64];
-
-				if (w.peers[r].fd >= 0 && !w.peers[r].eof)
-					warn("UKL_MPI_TIMEOUT", "MPI_Finalize: %s did not close its connection within %d s",
-					     peer_name(r, name, sizeof(name)), w.timeout);
-			}
-			break;
-		}
-	} while (open && progress(ms_left(deadline)));
+	say_goodbye();
+	flush_all(deadline);
+	drain_all(deadline);
 	/* Free everything. */
 	for (int r = 0; r < w.size; r++) {
 		struct peer *p = &w.peers[r];

@@ -234,3 +234,126 @@ def test_mpich_prints_the_same(mpicheck, tmp_path):
         assert ours[r].out == outs[r]
     rc, _ = mpich("abort")
     assert rc != 0
+
+
+# A program whose rank 1 fails its peers at the end: it returns without
+# MPI_Finalize ("exit"), is killed ("kill"), stops (SIGSTOP, as a guest
+# whose machine is gone: its connections stay open and nothing is read),
+# or stops with a 64 MiB MPI_Isend from rank 0 still queued for it ("isend",
+# which rank 0 never waits for: MPI_Finalize must write it).
+ENDS = r"""
+#include <mpi.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BIG (64 << 20)
+
+int main(int argc, char **argv)
+{
+	const char *how = argc > 1 ? argv[1] : "";
+	static char big[BIG];
+	int rank, token = 0;
+	MPI_Request req;
+
+	MPI_Init(&argc, &argv);
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	/* every rank is up and connected: a token from rank 0 to the others */
+	if (rank == 0) {
+		MPI_Send(&token, 1, MPI_INT, 1, 1, MPI_COMM_WORLD);
+		MPI_Send(&token, 1, MPI_INT, 2, 1, MPI_COMM_WORLD);
+	} else {
+		MPI_Recv(&token, 1, MPI_INT, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+	}
+	if (rank == 1) {
+		printf("rank 1: %s\n", how);
+		fflush(stdout);
+		if (!strcmp(how, "exit"))
+			return 0;
+		raise(!strcmp(how, "kill") ? SIGKILL : SIGSTOP);
+		return 0;
+	}
+	if (rank == 0 && !strcmp(how, "isend"))
+		MPI_Isend(big, BIG, MPI_BYTE, 1, 2, MPI_COMM_WORLD, &req);
+	MPI_Finalize();
+	printf("rank %d: finalized\n", rank);
+	return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def ends(mpicheck, tmp_path_factory) -> Path:
+    """ENDS linked with the libukl-mpi.a mpicheck was."""
+    exe = tmp_path_factory.mktemp("ends") / "ends"
+    src = exe.with_suffix(".c")
+    src.write_text(ENDS)
+    prefix = mpicheck.parent / "prefix"
+    subprocess.run([host_cc(), "-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-I", str(prefix / "include"),
+                    "-o", str(exe), str(src), "-L", str(prefix / "lib"), "-lukl-mpi"], check=True)
+    return exe
+
+
+def run_ending(exe: Path, how: str, timeout: int) -> tuple[list[Rank], float, int]:
+    """Three ranks of EXE HOW with UKL_MPI_TIMEOUT=TIMEOUT; ranks 0 and 2
+    (rank 1 is killed after them, stopped or not), the seconds until both
+    ended, and rank 1's port."""
+    ports = free_ports(3)
+    hosts = ",".join(f"127.0.0.1:{p}" for p in ports)
+    t0 = time.monotonic()
+    procs = [subprocess.Popen([str(exe), how], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=clean_env(UKL_MPI_HOSTS=hosts, UKL_MPI_RANK=str(r), UKL_MPI_TIMEOUT=str(timeout)))
+             for r in range(3)]
+    try:
+        done = []
+        for p in (procs[0], procs[2]):
+            out, err = p.communicate(timeout=timeout + 30)
+            done.append(Rank(p.returncode, out, err))
+        return done, time.monotonic() - t0, ports[1]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.communicate()
+
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+def test_a_rank_that_ends_without_finalize_fails_the_others_finalize(ends, how):
+    """Under mpiexec a rank that ends without MPI_Finalize fails the job;
+    here the others' MPI_Finalize says so at once (its connection closed
+    without its goodbye), instead of returning success."""
+    ranks, seconds, port = run_ending(ends, how, 30)
+    assert seconds < 10
+    for r, res in zip((0, 2), ranks, strict=True):
+        assert (res.rc, res.out) == (1, ""), res
+        assert res.err == (f"ukl-mpi: rank {r}: MPI_Finalize: the connection closed without the peer's "
+                           "MPI_Finalize: it ended without it, or was killed "
+                           f"(rank 1 at 127.0.0.1:{port})\n"), res.err
+
+
+def test_a_peer_that_never_finalizes_is_an_error_within_the_timeout(ends):
+    """A peer that stops (or whose machine is gone: its connection stays
+    open) before MPI_Finalize: the others' MPI_Finalize ends with an error
+    naming it after UKL_MPI_TIMEOUT, not a warning and success."""
+    ranks, seconds, port = run_ending(ends, "stop", 2)
+    assert 2 <= seconds < 10
+    for r, res in zip((0, 2), ranks, strict=True):
+        assert (res.rc, res.out) == (1, ""), res
+        assert res.err == (f"ukl-mpi: rank {r}: MPI_Finalize: rank 1 at 127.0.0.1:{port} did not finalize "
+                           "within 2 s (UKL_MPI_TIMEOUT)\n"), res.err
+
+
+def test_finalize_writing_to_a_peer_that_reads_nothing_ends_within_the_timeout(ends):
+    """MPI_Finalize writes what is queued (here 64 MiB of an MPI_Isend) to a
+    stopped peer: it used to wait for the peer forever."""
+    ranks, seconds, port = run_ending(ends, "isend", 2)
+    assert 2 <= seconds < 10
+    (r0, r2) = ranks
+    assert (r0.rc, r0.out) == (1, ""), r0
+    m = re.fullmatch(rf"ukl-mpi: rank 0: MPI_Finalize: rank 1 at 127\.0\.0\.1:{port} \((\d+) bytes unsent\) did not "
+                     r"take this rank's last messages within 2 s \(UKL_MPI_TIMEOUT\)\n", r0.err)
+    assert m, r0.err
+    assert 0 < int(m.group(1)) <= (64 << 20) + 2 * 16   # the message's rest and the goodbye
+    assert (r2.rc, r2.err) == (1, f"ukl-mpi: rank 2: MPI_Finalize: rank 1 at 127.0.0.1:{port} did not finalize "
+                                  "within 2 s (UKL_MPI_TIMEOUT)\n")

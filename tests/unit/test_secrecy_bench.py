@@ -61,3 +61,105 @@ def test_bad_cases_are_refused_before_any_work():
         sb.run(["linux"], [(100, "block")], 1, 60)
     with pytest.raises(UklError, match="not one of block, spin"):
         sb.run(["linux"], [(128, "nap")], 1, 60)
+
+
+class FakeCluster:
+    """sb._cluster without a VM: Secrecy's test passes, each GROUP-BY run
+    prints outputs(); run number FAIL (1-based, the tests not counted)
+    raises what a failed node does, or INTERRUPT. Before each run it reads
+    what --json holds then."""
+
+    def __init__(self, json_path, fail: int | None = None, fail_test: bool = False,
+                 interrupt: type[BaseException] | None = None) -> None:
+        self.json_path, self.fail, self.fail_test, self.interrupt = json_path, fail, fail_test, interrupt
+        self.runs = 0
+        self.saved_before: list[int] = []   # runs in the JSON file before each run
+
+    def __call__(self, out, profile, args, timeout, extra):
+        from ukltool.run import cluster
+        if not args:
+            if self.fail_test:
+                raise UklError(f"{profile}: node 2 failed (status 1) running the test", "see node2.log")
+            return cluster.ClusterResult([0, 0, 0], [], None, [["TEST X: OK.", "(1 2 3) "], [], []], 9.0, 10, 100)
+        self.runs += 1
+        self.saved_before.append(sb.load_json(self.json_path).runs_done() if self.json_path.exists() else -1)
+        if self.runs == self.fail:
+            if self.interrupt:
+                raise self.interrupt()
+            raise UklError(f"{profile}: node 1 failed (status 124) running 128 1", "see node1.log")
+        return cluster.ClusterResult([0, 0, 0], [], None, outputs(f"{self.runs}.000"), 7.0, 33000, 2_000_000)
+
+
+@pytest.fixture
+def no_vm(monkeypatch, tmp_path):
+    """sb.run's images, kernels, tools and accelerator, without building or booting."""
+    monkeypatch.setattr(sb, "_image", lambda name, config: tmp_path / f"{name}-{config}")
+    monkeypatch.setattr(sb.image, "load", lambda out: type("Manifest", (), {"kernel_release": "6.1-ukl"})())
+    monkeypatch.setattr(sb.netns, "unavailable", lambda: None)
+    monkeypatch.setattr(sb, "need_tool", lambda *a: "qemu-system-x86_64")
+    monkeypatch.setattr(sb.vm, "choose_accel", lambda *a: "tcg")
+    monkeypatch.setattr(sb.benchcommon, "machine", lambda: "host")
+
+    def bench(fake: FakeCluster) -> sb.Report:
+        monkeypatch.setattr(sb, "_cluster", fake)
+        return sb.run(["linux", "base"], [(128, "block")], 3, 60, json_path=fake.json_path)
+    return bench
+
+
+def test_a_failed_run_keeps_the_runs_done_in_the_json_file(no_vm, tmp_path):
+    path = tmp_path / "s.json"
+    fake = FakeCluster(path, fail=5)   # linux, base, linux, base done; linux's third run fails
+    with pytest.raises(UklError) as e:
+        no_vm(fake)
+    assert e.value.message == "linux: node 1 failed (status 124) running 128 1"
+    assert e.value.hint == (f"see node1.log; what was done (2 of 2 tests, 4 of 6 runs) is saved in {path}: "
+                            f"`ukl bench secrecy --from-json {path}` shows it")
+    assert fake.saved_before == [0, 1, 2, 3, 4]   # saved after every run, not only at the end
+    saved = sb.load_json(path)
+    assert saved.stopped == e.value.message and not saved.complete()
+    assert set(saved.results) == {"linux", "base"}
+    assert [(p.config, [r.seconds for r in p.runs]) for p in saved.points] == [("linux", [1.0, 3.0]),
+                                                                               ("base", [2.0, 4.0])]
+    md = sb.markdown(saved, tmp_path / "s.png", "./ukl bench secrecy")
+    assert (f"**Incomplete**: 2 of 2 tests and 4 of 6 runs were done (it stopped: {e.value.message})"
+            in md), md
+    assert "| base | 3.000 ± 1.414 (2 runs) | 1.50 |" in md, md
+    sb.plot(saved, tmp_path / "s.png")
+    assert (tmp_path / "s.png").stat().st_size > 1000
+    assert list(tmp_path.glob(".s.json*")) == []   # no temporary file left
+
+
+def test_a_report_saved_before_a_point_has_runs_shows_it_not_run(no_vm, tmp_path):
+    path = tmp_path / "s.json"
+    with pytest.raises(UklError, match="linux: node 1 failed"):
+        no_vm(FakeCluster(path, fail=1))
+    saved = sb.load_json(path)
+    assert saved.points == [] and set(saved.results) == {"linux", "base"}
+    md = sb.markdown(saved, None, "./ukl bench secrecy")
+    assert "| linux | not run |" in md and "| base | not run |" in md
+    assert "0 of 6 runs were done" in md
+
+
+def test_nothing_is_written_when_nothing_was_done(no_vm, tmp_path):
+    path = tmp_path / "s.json"
+    path.write_text("an earlier report\n")
+    with pytest.raises(UklError) as e:
+        no_vm(FakeCluster(path, fail_test=True))
+    assert e.value.hint == "see node2.log"
+    assert path.read_text() == "an earlier report\n"
+
+
+def test_an_interrupted_run_is_saved_as_interrupted(no_vm, tmp_path):
+    path = tmp_path / "s.json"
+    with pytest.raises(KeyboardInterrupt):
+        no_vm(FakeCluster(path, fail=3, interrupt=KeyboardInterrupt))
+    saved = sb.load_json(path)
+    assert (saved.stopped, saved.runs_done()) == ("interrupted", 2)
+
+
+def test_a_complete_run_is_saved_whole(no_vm, tmp_path):
+    path = tmp_path / "s.json"
+    report = no_vm(FakeCluster(path))
+    assert report.complete() and report.stopped is None
+    assert sb.load_json(path) == report
+    assert "Incomplete" not in sb.markdown(report, None, "./ukl bench secrecy")

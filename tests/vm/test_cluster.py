@@ -4,6 +4,7 @@ around the ring over TCP); a failing node stops the others."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -11,6 +12,9 @@ import time
 import pytest
 
 from conftest import REPO, UKL, assert_clean, build
+from ukltool.run import cluster as cluster_mod
+from ukltool.run import netns
+from ukltool.util.errors import UklError
 
 RING = REPO / "tests" / "apps" / "ring.c"
 
@@ -86,3 +90,101 @@ def test_bad_requests_are_named(tmp_path):
     assert res.returncode == 2 and "Traceback" not in res.stdout
     res = cluster(str(out), "--log-dir", "/dev/null")
     assert res.returncode == 2 and "/dev/null exists and is not a directory" in res.stdout
+
+
+def test_nothing_is_written_through_a_link_in_the_log_directory(tmp_path, monkeypatch):
+    """A symbolic link at a node's log or command file, or at the log
+    directory, is refused before the network is made (the tool runs as
+    root: it would overwrite what the link names). No boot."""
+    def no_network(*a, **kw):
+        raise AssertionError("the cluster went on to make its network")
+    monkeypatch.setattr(netns, "private_network", no_network)
+    target = tmp_path / "precious"
+    target.write_text("keep me\n")
+    for name in ("node0.log", "node2.log", "node1.cmd"):
+        logs = tmp_path / f"logs-{name}"
+        logs.mkdir()
+        (logs / name).symlink_to(target)
+        with pytest.raises(UklError, match=rf"{logs / name} is a symbolic link \(to {target}\)") as e:
+            cluster_mod.run(tmp_path / "image", 3, logs, [], [])
+        assert e.value.hint == f"remove the link (rm {logs / name}), or name another directory with --log-dir"
+        assert target.read_text() == "keep me\n" and (logs / name).is_symlink()
+    (tmp_path / "real").mkdir()
+    (tmp_path / "linked").symlink_to(tmp_path / "real")
+    with pytest.raises(UklError, match="the log directory .*linked is a symbolic link"):
+        cluster_mod.run(tmp_path / "image", 3, tmp_path / "linked", [], [])
+    (tmp_path / "dirs").mkdir()
+    (tmp_path / "dirs" / "node0.log").mkdir()
+    with pytest.raises(UklError, match="node0.log exists and is not a regular file"):
+        cluster_mod.run(tmp_path / "image", 3, tmp_path / "dirs", [], [])
+    # an ordinary earlier log is no reason to refuse: the run goes on to its network
+    (tmp_path / "dirs" / "node0.log").rmdir()
+    (tmp_path / "dirs" / "node0.log").write_text("an earlier run\n")
+    with pytest.raises(AssertionError, match="went on to make its network"):
+        cluster_mod.run(tmp_path / "image", 3, tmp_path / "dirs", [], [])
+
+
+def test_a_node_log_that_is_a_link_is_refused_without_a_traceback(tmp_path):
+    out = build(RING, "linux", tmp_path / "ring")
+    target = tmp_path / "precious"
+    target.write_text("keep me\n")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "node1.log").symlink_to(target)
+    before = namespaces()
+    res = cluster(str(out), "--nodes", "2", "--log-dir", str(logs))
+    assert res.returncode == 2 and "Traceback" not in res.stdout, res.stdout
+    assert f"ukl: error: {logs / 'node1.log'} is a symbolic link (to {target})" in res.stdout, res.stdout
+    assert f"hint: remove the link (rm {logs / 'node1.log'})" in res.stdout
+    assert target.read_text() == "keep me\n" and not (logs / "node0.log").exists()
+    assert namespaces() == before
+
+
+def test_a_killed_clusters_network_is_removed_by_the_next_cluster(tmp_path):
+    """SIGKILL leaves `ukl cluster` no chance to remove its namespace (its
+    nodes stop: they get SIGTERM when it dies); the next cluster removes
+    it, and says so."""
+    out = build(RING, "linux", tmp_path / "ring")
+    proc = subprocess.Popen([str(UKL), "cluster", str(out), "--nodes", "2", "--timeout", "600", "--", "hang"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    seen = set()
+    deadline = time.monotonic() + 300
+    for line in proc.stdout:
+        seen |= {i for i in range(2) if line.startswith(f"[{i}] node {i} of 2")}
+        if len(seen) == 2 or time.monotonic() > deadline:
+            break
+    assert len(seen) == 2
+    left = f"ukl-{proc.pid}-0"
+    assert left in namespaces()
+    proc.kill()
+    proc.communicate(timeout=60)
+    end = time.monotonic() + 120
+    while qemus_of(out) and time.monotonic() < end:
+        time.sleep(1)
+    assert qemus_of(out) == 0 and left in namespaces()   # the guests stopped; the network stayed
+    res = cluster(str(out), "--nodes", "2", "--timeout", "600")
+    assert res.returncode == 0, res.stdout
+    assert f"removed network namespace {left}, left by ukl process {proc.pid} that ended" in res.stdout
+    assert left not in namespaces()
+
+
+def test_namespaces_left_by_a_killed_cluster_are_removed_by_the_next(capsys):
+    """`ukl cluster` killed with SIGKILL cannot remove its namespace: the
+    next private network removes it (its ukl-PID-N process has ended),
+    and keeps one whose process still runs."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale, alive = f"ukl-{gone.pid}-0", f"ukl-{os.getpid()}-999"
+    for name in (stale, alive):
+        for cmd in netns.bridge_commands(name, 2):   # as a cluster of two made it
+            subprocess.run(cmd, check=True)
+    try:
+        with netns.private_network(bridged=2) as ns:
+            assert stale not in namespaces() and {alive, ns.name} <= namespaces()
+        assert f"removed network namespace {stale}, left by ukl process {gone.pid}" in capsys.readouterr().err
+        assert alive in namespaces() and ns.name not in namespaces()
+    finally:
+        for name in (stale, alive):
+            if name in namespaces():
+                subprocess.run(["ip", "netns", "del", name], check=True)

@@ -19,11 +19,16 @@ are dropped (2 of 20: REPEAT // 10) before the mean. Per run it records:
 Per configuration, Secrecy's own GROUP-BY test (apps/secrecy-tests) is
 run once and its opened results compared with linux's: exp_group_by's
 own input comes from libsodium's random bytes and its result is never
-opened, so it cannot be compared itself."""
+opened, so it cannot be compared itself.
+
+A report takes hours, so with --json it is saved after every cluster
+run: a run that fails (a node, a timeout) or is killed keeps the runs
+done, and the report says it is incomplete and why (Report.stopped)."""
 
 from __future__ import annotations
 
 import math
+import os
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -99,6 +104,16 @@ class Report:
     results: dict[str, str] = field(default_factory=dict)   # config -> its GROUP-BY test against linux's
     points: list[Point] = field(default_factory=list)
     accel: str | None = None   # the nodes' accelerator (tcg, kvm); None: not recorded
+    stopped: str | None = None  # why the runs stopped before all were done (saved midway: None)
+
+    def runs_done(self) -> int:
+        return sum(len(p.runs) for p in self.points)
+
+    def complete(self) -> bool:
+        """Every configuration's test and every point's runs are in."""
+        return (len(self.results) == len(self.configs)
+                and all(any(p.config == c and p.rows == r and p.wait == w and len(p.runs) >= self.repeat
+                            for p in self.points) for r, w in self.cases for c in self.configs))
 
 
 def calls(n: int, total: int, sumsq: int) -> Calls:
@@ -145,14 +160,30 @@ def _cluster(out: Path, profile: str, args: list[str], timeout: float, extra: li
                       show=False, count_tcp=True)
     if res.failed is not None:
         raise UklError(f"{profile}: node {res.failed} failed (status {res.codes[res.failed]}) running "
-                       f"{' '.join(args) or 'the test'}", f"see {logs / f'node{res.failed}.log'}")
+                       f"{' '.join(args) or 'the test'}", f"see {cluster.node_log(logs, res.failed)}")
     return res
 
 
+def _save_midway(report: Report, points: dict[tuple[str, int, str], Point], path: Path) -> None:
+    """REPORT with the points that have runs, to PATH in one step (a new
+    file renamed over it): a kill while it is written leaves the last
+    save whole."""
+    report.points = [p for p in points.values() if p.runs]
+    target = path.resolve()
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        save_json(report, tmp)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def run(configs: list[str], cases: list[tuple[int, str]], repeat: int, timeout: float,
-        accel: str | None = None) -> Report:
+        accel: str | None = None, json_path: Path | None = None) -> Report:
     """CASES: (rows, block or spin) pairs, each run under every configuration;
-    ACCEL: kvm or tcg (None: as `ukl run` chooses)."""
+    ACCEL: kvm or tcg (None: as `ukl run` chooses); JSON_PATH: where the
+    report is saved after every cluster run, so that a failure keeps the
+    runs done (--json)."""
     configs = benchcommon.baseline(configs)
     for rows, wait in cases:
         if wait not in WAITS:
@@ -176,6 +207,28 @@ def run(configs: list[str], cases: list[tuple[int, str]], repeat: int, timeout: 
     report.accel = vm.choose_accel(need_tool("qemu-system-x86_64", "qemu-system-x86"),
                                    images[configs[0].split("+")[0]] / "bzImage", accel)
     extra = [f"--accel={report.accel}"]
+    points = {(c, r, w): Point(c, r, w) for r, w in report.cases for c in configs}
+    try:
+        _measure(report, points, images, tests, timeout, extra, json_path)
+    except BaseException as e:   # a failed run; Ctrl-C or SIGTERM (cli's Terminated)
+        if json_path is None or not (report.results or any(p.runs for p in points.values())):
+            raise
+        report.stopped = e.message if isinstance(e, UklError) else "interrupted"
+        _save_midway(report, points, json_path)
+        if not isinstance(e, UklError):
+            raise
+        raise UklError(e.message, f"{e.hint + '; ' if e.hint else ''}what was done ({len(report.results)} of "
+                       f"{len(configs)} tests, {report.runs_done()} of {repeat * len(points)} runs) is saved in "
+                       f"{json_path}: `ukl bench secrecy --from-json {json_path}` shows it", e.code) from None
+    report.points = list(points.values())
+    return report
+
+
+def _measure(report: Report, points: dict[tuple[str, int, str], Point], images: dict[str, Path],
+             tests: dict[str, Path], timeout: float, extra: list[str], json_path: Path | None) -> None:
+    """Secrecy's test under every configuration, then REPORT's runs into
+    POINTS, saved to JSON_PATH (if given) after each."""
+    configs = report.configs
     # the result: Secrecy's own GROUP-BY test, its opened results against linux's
     opened = {}
     for profile in configs:
@@ -188,7 +241,9 @@ def run(configs: list[str], cases: list[tuple[int, str]], repeat: int, timeout: 
                            "run it alone with `ukl cluster` to see what it printed")
         same = "the same as " + configs[0] if opened[profile] == opened[configs[0]] else "DIFFERENT from " + configs[0]
         report.results[profile] = f"{oks} checks passed; opened results {same}"
-    points = {(c, r, w): Point(c, r, w) for r, w in report.cases for c in configs}
+        if json_path:
+            _save_midway(report, points, json_path)
+    repeat = report.repeat
     for i in range(repeat):
         for r, w in report.cases:
             for profile in configs:   # interleaved: drift in the host's speed hits every profile alike
@@ -197,8 +252,8 @@ def run(configs: list[str], cases: list[tuple[int, str]], repeat: int, timeout: 
                                    [*extra, "--append=UKL_MPI_STATS=1", f"--append=UKL_MPI_WAIT={w}"])
                 points[profile, r, w].runs.append(
                     parse_run(res.outputs, res.seconds, res.tcp_segments or 0, res.tcp_bytes or 0, r))
-    report.points = list(points.values())
-    return report
+                if json_path:
+                    _save_midway(report, points, json_path)
 
 
 # ---- the report ----
@@ -232,6 +287,23 @@ def summary(p: Point, drop: int) -> dict[str, Any]:
     return out
 
 
+def _seconds(report: Report, config: str, rows: int, wait: str) -> float | None:
+    """CONFIG's mean GROUP-BY seconds at (ROWS, WAIT); None: not run (a
+    report saved midway)."""
+    p = next((p for p in report.points if (p.config, p.rows, p.wait) == (config, rows, wait) and p.runs), None)
+    return None if p is None else summary(p, report.drop)["seconds"][0]
+
+
+def _incomplete(report: Report) -> list[str]:
+    """A report saved midway says so first, and why it stopped."""
+    if report.complete():
+        return []
+    total = report.repeat * len(report.cases) * len(report.configs)
+    why = f"it stopped: {report.stopped}" if report.stopped else "it was still running, or was killed"
+    return [f"**Incomplete**: {len(report.results)} of {len(report.configs)} tests and {report.runs_done()} of "
+            f"{total} runs were done ({why}); a point with fewer runs says how many.", ""]
+
+
 def markdown(report: Report, plot_path: Path | None, command: str) -> str:
     base = report.configs[0]
     lines = [f"# Secrecy's GROUP-BY on three guests ({', '.join(report.configs)})", "",
@@ -242,25 +314,31 @@ def markdown(report: Report, plot_path: Path | None, command: str) -> str:
              f"slowest {report.drop} dropped (a tenth: none below 10 runs); the configurations interleaved. "
              "Waits: MPI_Recv, MPI_Wait and MPI_Waitall calls (those waiting for an MPI_Isend to end "
              "included); sends: MPI_Send and MPI_Isend; sleeps: the party's voluntary context switches.", ""]
+    lines += _incomplete(report)
     lines += ["| configuration | Secrecy's GROUP-BY test (`secrecy-tests`) |", "|---|---|"]
     lines += [f"| {c} | {report.results.get(c, 'not run')} |" for c in report.configs]
     if plot_path:
         lines += ["", f"![GROUP-BY time against {base}]({plot_path.name})"]
     for rows, wait in report.cases:
-        pts = {p.config: p for p in report.points if p.rows == rows and p.wait == wait}
-        ref = summary(pts[base], report.drop)["seconds"][0]
+        pts = {p.config: p for p in report.points if p.rows == rows and p.wait == wait and p.runs}
+        ref = _seconds(report, base, rows, wait)
         lines += ["", f"## {rows} rows, waiting by {'sleeping in poll()' if wait == 'block' else 'spinning'}", "",
                   "| configuration | GROUP-BY s (mean ± sd) | vs " + base + " | wall s | TCP segments | "
                   "wait µs per party (mean, sd) | send µs per party (mean, sd) | sleeps per wait |",
                   "|---|---|---|---|---|---|---|---|"]
         for c in report.configs:
+            if c not in pts:
+                lines.append(f"| {c} | not run | | | | | | |")
+                continue
             s = summary(pts[c], report.drop)
+            runs = len(pts[c].runs)
+            fewer = f" ({runs} run{'s' if runs > 1 else ''})" if runs < report.repeat else ""
             recv = "; ".join(f"{m / 1e3:.1f}, {d / 1e3:.1f}" for m, d in s["recv"])
             send = "; ".join(f"{m / 1e3:.1f}, {d / 1e3:.1f}" for m, d in s["send"])
             sleeps = ", ".join(f"{x:.2f}" for x in s["sleeps"])
-            lines.append(f"| {c} | {s['seconds'][0]:.3f} ± {s['seconds'][1]:.3f} | "
-                         f"{s['seconds'][0] / ref:.2f} | {s['wall'][0]:.1f} | {s['segments'][0]:,.0f} | {recv} | "
-                         f"{send} | {sleeps} |")
+            vs = f"{s['seconds'][0] / ref:.2f}" if ref else "-"
+            lines.append(f"| {c} | {s['seconds'][0]:.3f} ± {s['seconds'][1]:.3f}{fewer} | {vs} | "
+                         f"{s['wall'][0]:.1f} | {s['segments'][0]:,.0f} | {recv} | {send} | {sleeps} |")
     return "\n".join(lines) + "\n"
 
 
@@ -272,9 +350,9 @@ def plot(report: Report, path: Path) -> None:
     width = 0.8 / len(report.configs)
     for i, c in enumerate(report.configs):
         ys = []
-        for r, w in groups:
-            pts = {p.config: p for p in report.points if p.rows == r and p.wait == w}
-            ys.append(summary(pts[c], report.drop)["seconds"][0] / summary(pts[base], report.drop)["seconds"][0])
+        for r, w in groups:   # a point not run (a report saved midway): no bar
+            secs, ref = _seconds(report, c, r, w), _seconds(report, base, r, w)
+            ys.append(secs / ref if secs is not None and ref else math.nan)
         ax.bar([g + i * width for g in range(len(groups))], ys, width, label=c)
     ax.set_xticks([g + width * (len(report.configs) - 1) / 2 for g in range(len(groups))],
                   [f"{r} rows\n{w}" for r, w in groups])
@@ -299,5 +377,5 @@ def load_json(path: Path) -> Report:
                               p["preempted"]) for p in x["parties"]])
         points = [Point(p["config"], p["rows"], p["wait"], [run_of(x) for x in p["runs"]]) for p in d["points"]]
         return Report(d["machine"], d["configs"], [(int(r), str(w)) for r, w in d["cases"]], d["repeat"], d["drop"],
-                      d["kernels"], d["results"], points, d.get("accel"))
+                      d["kernels"], d["results"], points, d.get("accel"), d.get("stopped"))
     return reporting.load_json(path, decode, "a Secrecy benchmark report", "write it with ukl bench secrecy --json")

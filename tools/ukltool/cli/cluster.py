@@ -91,11 +91,11 @@ def cmd_cluster(a: argparse.Namespace) -> int:
             state = "stopped (another node failed)"
         else:
             state = f"exit {code}"
-        ui.err.print(f"ukl: node {i} ({netns.node_address(i)}): {state}; log {log_dir / f'node{i}.log'}",
+        ui.err.print(f"ukl: node {i} ({netns.node_address(i)}): {state}; log {cluster.node_log(log_dir, i)}",
                      markup=False)
     if res.failed is not None:
         ui.err.print(f"[bold red]ukl: node {res.failed} failed[/] (status {res.codes[res.failed]}); "
-                     f"see {log_dir / f'node{res.failed}.log'}")
+                     f"see {cluster.node_log(log_dir, res.failed)}")
         return res.codes[res.failed]
     ui.err.print(f"ukl: {a.nodes} nodes finished in {res.seconds:.1f}s", markup=False)
     return 0

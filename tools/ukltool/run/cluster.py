@@ -27,6 +27,7 @@ import json
 import os
 import select
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -116,6 +117,49 @@ def run_command(outdir: Path, i: int, nodes: int, log: Path, run_args: list[str]
             "--", *app_args]
 
 
+def node_log(log_dir: Path, i: int) -> Path:
+    """Node I's console log in LOG_DIR."""
+    return log_dir / f"node{i}.log"
+
+
+def node_files(log_dir: Path, i: int) -> list[Path]:
+    """What node I's `ukl run` writes in LOG_DIR: its console log, and
+    beside it the QEMU command line (LOG's stem + .cmd, run.vm.boot)."""
+    log = node_log(log_dir, i)
+    return [log, log.with_suffix(".cmd")]
+
+
+def _refuse_linked_dir(log_dir: Path) -> None:
+    if log_dir.is_symlink():
+        raise UklError(f"the log directory {log_dir} is a symbolic link: the nodes' logs are never written through "
+                       "one (ukl cluster runs as root)", "name the directory itself with --log-dir")
+    if log_dir.exists() and not log_dir.is_dir():
+        raise UklError(f"the log directory {log_dir} exists and is not a directory", "name another with --log-dir")
+
+
+def prepare_logs(log_dir: Path, nodes: int) -> None:
+    """Make LOG_DIR, and refuse, before any node starts, what would send a
+    node's files elsewhere: ukl cluster runs as root, so a symbolic link
+    (planted, or left from before) at the directory or at a file a node
+    writes there would have it overwrite whatever file the link names."""
+    _refuse_linked_dir(log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    _refuse_linked_dir(log_dir)   # one made meanwhile
+    for i in range(nodes):
+        for f in node_files(log_dir, i):
+            try:
+                st = f.lstat()
+            except FileNotFoundError:
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                raise UklError(f"{f} is a symbolic link (to {os.readlink(f)}): node {i}'s file is never written "
+                               "through one, since ukl cluster runs as root and would overwrite what it names",
+                               f"remove the link (rm {f}), or name another directory with --log-dir")
+            if not stat.S_ISREG(st.st_mode):
+                raise UklError(f"{f} exists and is not a regular file, so node {i} cannot write it",
+                               "remove it, or name another directory with --log-dir")
+
+
 def _show(node: Node, data: bytes, flush: bool, show: bool) -> None:
     lines = (node.pending + data).split(b"\n")
     node.pending = b"" if flush else lines.pop()
@@ -137,14 +181,10 @@ def run(outdir: Path, nodes: int, log_dir: Path, run_args: list[str], app_args: 
     COUNT_TCP: count the TCP segments between the guests."""
     if not 2 <= nodes <= MAX_NODES:
         raise UklError(f"--nodes {nodes}: a cluster has 2 to {MAX_NODES} nodes", "for example --nodes 3")
-    if log_dir.is_symlink():
-        raise UklError(f"the log directory {log_dir} is a symbolic link", "name the directory itself with --log-dir")
-    if log_dir.exists() and not log_dir.is_dir():
-        raise UklError(f"the log directory {log_dir} exists and is not a directory", "name another with --log-dir")
+    prepare_logs(log_dir, nodes)
     if count_tcp:
         need_tool("nft", "nftables")
     need_tool("setpriv", "util-linux")
-    log_dir.mkdir(parents=True, exist_ok=True)
     # one cluster of an image at a time: each node's `ukl run` writes its
     # command file into the image's directory
     with lock.held(f"cluster-{hashlib.sha256(str(outdir.resolve()).encode()).hexdigest()[:12]}",
@@ -162,7 +202,7 @@ def _run(outdir: Path, nodes: int, log_dir: Path, run_args: list[str], app_args:
             _count_tcp(ns)
         try:
             for i in range(nodes):
-                log = log_dir / f"node{i}.log"
+                log = node_log(log_dir, i)
                 proc = subprocess.Popen(ns.exec(run_command(outdir, i, nodes, log, run_args, app_args)),
                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, start_new_session=True)

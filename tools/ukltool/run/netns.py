@@ -7,12 +7,18 @@ host's clients run inside the namespace, so their packets go through the
 guest's virtio-net device and the host kernel's tap driver instead of
 QEMU's user-mode network stack, and nothing outside the namespace sees
 them. Creating one needs root (CAP_NET_ADMIN) and /dev/net/tun; the
-namespace, and the tap device in it, is removed on leaving."""
+namespace, and the tap device in it, is removed on leaving.
+
+A namespace is named ukl-PID-N after the process that made it. One whose
+process was killed (SIGKILL leaves no chance to remove it) stays, with its
+bridge and taps, until the next private network is made: that removes
+every namespace of this naming whose process has ended (remove_stale)."""
 
 from __future__ import annotations
 
 import itertools
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -32,6 +38,8 @@ HOST_IP = "10.0.2.2"
 TAP = "ukltap0"
 
 _serial = itertools.count()
+# private_network's names, ukl-PID-N, and nothing else
+NAME = re.compile(r"ukl-([1-9][0-9]{0,9})-(0|[1-9][0-9]{0,9})")
 
 
 @dataclass(frozen=True)
@@ -100,6 +108,7 @@ def private_network(bridged: int = 0) -> Iterator[Netns]:
     why = unavailable()
     if why:
         raise UklError(why, "run as root on a host with /dev/net/tun")
+    remove_stale()
     ns = Netns(f"ukl-{os.getpid()}-{next(_serial)}")
     cmds = bridge_commands(ns.name, bridged) if bridged else setup_commands(ns.name)
     run(cmds[0], what=f"creating network namespace {ns.name}")
@@ -112,6 +121,49 @@ def private_network(bridged: int = 0) -> Iterator[Netns]:
             run(["ip", "netns", "del", ns.name], what=f"removing network namespace {ns.name}")
         except UklError as e:  # never in place of the error that ended the block
             ui.warn(e.message)
+
+
+def listed() -> list[str]:
+    """The names of the host's network namespaces (ip netns list)."""
+    out = run(["ip", "netns", "list"], what="listing the network namespaces")
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def alive(pid: int) -> bool:
+    """Whether a process PID runs (a zombie counts: its PID is not free yet).
+    A PID another process took since counts too: never removing a live
+    process's namespace matters more than removing every stale one."""
+    return Path(f"/proc/{pid}").exists()
+
+
+def stale(names: list[str]) -> list[str]:
+    """Those of NAMES that private_network made in a process that has
+    ended: named exactly ukl-PID-N, PID not running."""
+    return [n for n in names if (m := NAME.fullmatch(n)) and not alive(int(m.group(1)))]
+
+
+def remove_stale() -> list[str]:
+    """Remove the namespaces (with their taps and bridge) of private
+    networks whose process was killed before it could remove them; the
+    names removed. One a process still runs in (a guest left behind) is
+    kept and named."""
+    removed = []
+    for name in stale(listed()):
+        try:
+            inside = run(["ip", "netns", "pids", name], what=f"listing the processes in {name}").split()
+            if inside:
+                ui.warn(f"network namespace {name} is left from an ended ukl, but processes {', '.join(inside)} "
+                        f"still run in it: kept (remove it with `ip netns del {name}` once they end)")
+                continue
+            run(["ip", "netns", "del", name], what=f"removing the stale network namespace {name}")
+        except UklError as e:   # never in the way of the new network
+            if name in listed():   # not another ukl that removed it first
+                ui.warn(e.message)
+            continue
+        ui.info(f"removed network namespace {name}, left by ukl process {name.split('-')[1]} that ended "
+                "without removing it")
+        removed.append(name)
+    return removed
 
 
 # Run inside a namespace: does the server at HOST:PORT answer PROBE?
