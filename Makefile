@@ -62,9 +62,16 @@ results-apps: setup
 # Lupine's and Unikraft's published figures (issue 36). examples/hello/hello.c is an image
 # of the program alone; the recipes' images carry busybox for their smoke tests.
 .PHONY: results-boot
+# Then hello and Redis booted as Firecracker boots (microvm, PVH), under init
+# and as PID 1 with no initramfs, beside the peers built and measured here.
 results-boot: setup
 	./ukl bench boot examples/hello/hello.c redis nginx memcached sqlite3 --configs linux,base --icount \
-		--specialize --markdown docs/results/results-boot.md --json docs/results/results-boot.json --plot docs/results/results-boot.png
+		--specialize --json out/results-boot-pc.json
+	./ukl bench boot examples/hello/hello.c redis --configs base --icount --specialize \
+		--boots microvm-direct,microvm-direct-bare --peers firecracker-linux,unikraft-hello \
+		--json out/results-boot-peers.json
+	./ukl bench boot --from-json out/results-boot-pc.json --from-json out/results-boot-peers.json \
+		--markdown docs/results/results-boot.md --json docs/results/results-boot.json --plot docs/results/results-boot.png
 
 # Each boot saving on its own (no_timer_check, noapictimer, pmtmr=0, direct boot
 # through the PVH entry, -M microvm), without the memory bisection.

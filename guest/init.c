@@ -39,7 +39,11 @@
  *   - ukl_probe=PORT:HEX: a prober connects to 127.0.0.1:PORT until it
  *     can, sends the bytes HEX, waits for the first byte of the answer,
  *     reads the time stamp counter at ukl_probe_stamp, prints
- *     "ukl-init: reply tsc N", and stops the application (SIGTERM).
+ *     "ukl-init: reply tsc N", and stops the application (SIGTERM);
+ *   - ukl_meminfo=1: print /proc/meminfo, each line as "ukl-init: meminfo
+ *     LINE", where the memory the application uses is at its height: after
+ *     a server's first answer (before the prober stops it), else when the
+ *     application has ended.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -354,6 +358,28 @@ static void print_tsc(const char *what, unsigned long long tsc)
 		return;
 }
 
+/* ukl_meminfo=1: the kernel's memory accounting, for `ukl bench boot` */
+static void print_meminfo(void)
+{
+	char buf[4096], line[160];
+	ssize_t len;
+
+	if (!getenv("ukl_meminfo"))
+		return;
+	len = slurp("/proc/meminfo", buf, sizeof(buf));
+	for (char *p = buf, *nl; len > 0 && *p; p = nl + 1) {
+		int n;
+
+		nl = strchr(p, '\n');
+		if (!nl)
+			break;
+		*nl = 0;
+		n = snprintf(line, sizeof(line), "ukl-init: meminfo %s\n", p);
+		if (n > 0 && n < (int)sizeof(line) && write(STDERR_FILENO, line, (size_t)n) < 0)
+			return;
+	}
+}
+
 /* ukl_probe=PORT:HEX: the bytes to send, decoded into BUF; their count or -1 */
 static int probe_spec(const char *spec, int *port, char *buf, int size)
 {
@@ -407,8 +433,10 @@ static void probe(const char *spec, pid_t app)
 		say("the prober could not connect (%s)", spec);
 	else if (write(s, msg, (size_t)len) != len || read(s, answer, 1) != 1)
 		say("the server gave no answer to the probe (%s)", spec);
-	else
+	else {
 		print_tsc("reply", RDTSC_AT(ukl_probe_stamp));
+		print_meminfo();
+	}
 	kill(app, SIGTERM);
 	_exit(0);
 }
@@ -616,6 +644,8 @@ int main(int kargc, char **kargv)
 		}
 		if (w != pid)
 			continue;	/* an orphan re-parented to us */
+		if (!getenv("ukl_probe"))
+			print_meminfo();
 		if (WIFEXITED(status))
 			report_and_exit(WEXITSTATUS(status));
 		if (WIFSIGNALED(status))

@@ -228,7 +228,7 @@ def test_json_round_trip_has_the_issues_fields(tmp_path):
 
 def test_markdown_shows_ours_beside_the_peers_with_sources(tmp_path):
     md = bootbench.markdown(sample(), tmp_path / "boot.png", tmp_path / "boot.md")
-    assert "| hello | linux | pc-plain | gzip | 4.10 (3.30 + 0.80) | 20.00 / 5.00 / 2.00 | 309.0 |" in md
+    assert "| hello | linux | pc-plain | gzip | 4.10 (3.30 + 0.80) | - | 20.00 / 5.00 / 2.00 | 309.0 |" in md
     assert "309.0 *" in md and "the CPU idled" in md          # an inexact row is marked
     assert "| 400.0 |" in md and "wall, TCG" in md
     assert "40 (fails at 39)" in md

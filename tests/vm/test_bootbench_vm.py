@@ -148,3 +148,22 @@ def test_kernel_compressions_each_measured(tmp_path):
     # booted direct, the compression does not matter
     lz4, gzip = (r["boot_to_main_instructions"] for r in rows if r["boot"] == "pc-direct")
     assert abs(lz4 - gzip) < 100_000, (lz4, gzip)
+
+
+def test_a_server_as_pid_1_is_timed_to_main(tmp_path):
+    """Issue 47: Redis booted as PID 1 with no initramfs (it reads no
+    file) never ends by itself; the plugin ends the run at main()
+    (stop=last). Its row has no first reply (no init to probe it) and
+    says why it has no least memory; the init row beside it has both."""
+    out = tmp_path / "redis.json"
+    res = ukl("bench", "boot", "redis", "--configs", "base", "--icount",
+              "--boots", "microvm-direct,microvm-direct-bare",
+              "--memory-range", "32:256", "--memory-steps", "1", "--json", out)
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = {r["boot"]: r for r in json.loads(out.read_text())["rows"]}
+    init, bare = rows["microvm-direct"], rows["microvm-direct-bare"]
+    assert bare["initramfs_bytes"] == 0 and bare["exact"], bare
+    assert bare["boot_to_main_instructions"] < init["boot_to_main_instructions"], (bare, init)
+    assert bare["first_reply_instructions"] is None and init["first_reply_instructions"] is not None
+    assert bare["min_memory_mib"] is None and any("no init to probe it" in n for n in bare["notes"]), bare
+    assert init["min_memory_mib"] is not None, init

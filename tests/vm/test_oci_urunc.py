@@ -108,7 +108,8 @@ def test_redis_answers_through_the_container_network(containerd, outdir, tmp_pat
     for tool in ("redis-cli", "ip"):
         assert shutil.which(tool), f"{tool} is missing (scripts/install-host-deps installs it)"
     out = outdir / "oci-redis"
-    res = ukl("build", "redis", "--config", "base", "-o", out)
+    # the kernel cut to Redis (issue 47: specialized Redis as PID 1 under urunc)
+    res = ukl("build", "redis", "--config", "base", "--specialize", "-o", out)
     assert res.returncode == 0, res.stdout[-3000:]
     tar = package(out, "localhost/ukl/redis:test", containerd)
     cfg = json.loads(subprocess.run(["skopeo", "inspect", "--config", f"oci-archive:{tar}"], capture_output=True,

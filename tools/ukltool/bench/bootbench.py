@@ -1,7 +1,7 @@
 """`ukl bench boot`: what an application costs to start and to keep, per
 application and configuration: the image's size, the guest time from the
 kernel's first instruction to the application's main() (and, for a server,
-to its first answer), and the least memory it runs its smoke test in.
+to its first answer), and the least memory the image as shipped works in.
 
 How boot time is measured (docs/results/results-boot.md says it for readers):
 our QEMU plugin (tools/qemu-plugin/insnclass.c, at=...) records the guest
@@ -43,7 +43,7 @@ from ukltool.build import image, initramfs
 from ukltool.linux import bzimage, kernel
 from ukltool.plugin import insnclass, insnprofile
 from ukltool.plugin.insnclass import Hit
-from ukltool.run import vm
+from ukltool.run import ocipkg, vm
 from ukltool.util import lock, reporting, ui
 from ukltool.util.errors import UklError
 from ukltool.util.paths import REPO, cache_dir
@@ -93,6 +93,10 @@ BOOTS = {
                                 "applications built without --file or --overlay", pid1=True, initramfs=False),
 }
 DEFAULT_BOOTS = "pc"
+PEER_AVOIDABLE = "of which avoidable"   # a peer row's phase: a wait it skips elsewhere (bench/peerbench.py)
+# How peers (bench/peerbench.py) boot where none of BOOTS applies
+PEER_BOOTS = {"pc-multiboot": "-M pc, the image's multiboot entry through SeaBIOS and QEMU's multiboot loader "
+              "(a peer's: Unikraft's QEMU platform has no PVH entry)"}
 
 
 def boots(text: str) -> list[str]:
@@ -470,6 +474,11 @@ class Row:
     # of boot_to_main_instructions, the executions of REP string instructions
     # (None: measured before the plugin counted them)
     boot_to_main_rep_executions: int | None = None
+    about: str = ""                      # a peer's row (bench/peerbench.py): what it is
+    # what a user ships: the image as `ukl pkg --oci` packs it (one gzip layer; None: rows saved before)
+    oci_layer_bytes: int | None = None
+    # where the least memory goes (memory_breakdown()), KiB by part; empty: not measured
+    memory_kib: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -480,6 +489,7 @@ class Report:
     memory_range: tuple[int, int]
     memory_steps: int
     rows: list[Row] = field(default_factory=list)
+    peers: list[Row] = field(default_factory=list)   # peers built and measured here (--peers)
 
 
 def smoke_script(t: Target) -> tuple[str | None, list[str], float]:
@@ -493,7 +503,8 @@ def smoke_script(t: Target) -> tuple[str | None, list[str], float]:
 
 
 def boot_once(outdir: Path, man: image.Manifest, icount: bool, memory: int, timeout: float,
-              append: list[str], sh: str | None, plugins: list[str], log: Path, how: Boot) -> vm.RunResult:
+              append: list[str], sh: str | None, plugins: list[str], log: Path, how: Boot,
+              verbose: bool = False) -> vm.RunResult:
     with tempfile.TemporaryDirectory(prefix="ukl-bootbench-") as td:
         extra = initramfs.args_archive(man.args if sh is None else [], Path(td), sh)
         initrds = image.boot_initrds(outdir, man, [extra], sh is not None)
@@ -502,7 +513,63 @@ def boot_once(outdir: Path, man: image.Manifest, icount: bool, memory: int, time
                                   show=False, accel="tcg", plugins=plugins, machine=how.machine,
                                   direct=how.direct, savings=how.savings,
                                   pid1=f"/ukl/{man.app}" if how.pid1 else None,
-                                  pid1_args=list(man.args if sh is None else []), initramfs=how.initramfs))
+                                  pid1_args=list(man.args if sh is None else []), initramfs=how.initramfs,
+                                  verbose=verbose))
+
+
+# The kernel's boot line (mm/page_alloc.c, mem_init_print_info()), with -v
+MEMORY_LINE = re.compile(r"Memory: (\d+)K/(\d+)K available \((\d+)K kernel code, (\d+)K rwdata, (\d+)K rodata, "
+                         r"(\d+)K init, (\d+)K bss, (\d+)K reserved, (\d+)K cma-reserved\)")
+STRUCT_PAGE_BYTES = 64      # sizeof(struct page) on x86-64 (without debug options that grow it)
+MEMORY_PARTS = ("firmware, holes", "kernel code", "rodata", "rwdata", "bss", "init (freed)", "struct pages",
+                "other reserved", "slab", "page tables", "kernel stacks", "per-CPU", "root fs files",
+                "app anonymous", "page cache", "other", "free")
+
+
+def memory_breakdown(console: str, memory_mib: int) -> dict[str, int]:
+    """Where a boot's memory (-m MEMORY_MIB) went, in KiB, from the
+    guest's own accounting: the kernel's "Memory:" line at boot (the
+    kernel image, and memblock's reservations: struct pages, early page
+    tables, the initramfs archive until it is freed, ...) and init's
+    /proc/meminfo where the application's memory is at its height
+    (ukl_meminfo=1). {} where either is missing."""
+    m = MEMORY_LINE.search(console)
+    info = {}
+    for line in console.splitlines():
+        found = re.match(r"\s*ukl-init: meminfo (\w+):\s+(\d+) kB", line)
+        if found:
+            info[found.group(1)] = int(found.group(2))
+    if m is None or "MemTotal" not in info:
+        return {}
+    _avail, present, code, rwdata, rodata, init, bss, reserved, _cma = (int(g) for g in m.groups())
+    struct_pages = present // 4 * STRUCT_PAGE_BYTES // 1024
+    image = code + rwdata + rodata + init + bss
+    slab = info.get("Slab", 0)
+    shmem = info.get("Shmem", 0)
+    cache = max(0, info.get("Cached", 0) - shmem) + info.get("Buffers", 0)
+    parts = {"firmware, holes": memory_mib * 1024 - present, "kernel code": code, "rodata": rodata, "rwdata": rwdata,
+             "bss": bss, "init (freed)": init, "struct pages": struct_pages,
+             "other reserved": max(0, reserved - image - struct_pages), "slab": slab,
+             "page tables": info.get("PageTables", 0), "kernel stacks": info.get("KernelStack", 0),
+             "per-CPU": info.get("Percpu", 0), "root fs files": shmem, "app anonymous": info.get("AnonPages", 0),
+             "page cache": cache, "free": info.get("MemFree", 0)}
+    # MemTotal: what the kernel manages once its init memory (and the
+    # initramfs archive) are freed; what is not counted above is "other"
+    # (vmalloc, the kernel's other page allocations)
+    counted = sum(parts[k] for k in ("slab", "page tables", "kernel stacks", "per-CPU", "root fs files",
+                                     "app anonymous", "page cache", "free"))
+    parts["other"] = max(0, info["MemTotal"] - counted - init)
+    return {k: parts[k] for k in MEMORY_PARTS}
+
+
+def memory_boot(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: int, how: Boot) -> dict[str, int]:
+    """One boot at the least memory, verbose, with init's meminfo: memory_breakdown()."""
+    probe = server_probe(t.recipe)
+    timeout = smoke_script(t)[2]
+    log = outdir / f"memory-{memory}M.log"
+    append = ["ukl_meminfo=1", *([f"{PROBE_ENV}={probe[0]}:{probe[1].hex()}"] if probe is not None else [])]
+    boot_once(outdir, man, icount, memory, timeout, append, None, [], log, how, verbose=True)
+    return memory_breakdown(log.read_text(errors="replace"), memory)
 
 
 def runs_in(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: int, how: Boot) -> bool:
@@ -660,6 +727,7 @@ def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, 
         config = man.config
         compressed = bzimage.compression((out / "bzImage").read_bytes(), str(out / "bzImage"))
         sizes = image_sizes(out, man.vmlinux_path())
+        oci_layer = len(ocipkg.build(out).layer.data)
         if how.direct:
             # What the VMM loads: the uncompressed kernel's segments, and the initramfs
             elf = bzimage.direct_kernel((out / "bzImage").read_bytes(), str(out / "bzImage"))[0]
@@ -681,6 +749,7 @@ def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, 
                 functions = profile_boot(out, man, t, icount, memory, timeout, how)
         least: int | None = None
         trials: list[tuple[int, bool]] = []
+        memory_kib: dict[str, int] = {}
         notes = list(first.notes)
         if mem_range is not None and how.pid1 and server_probe(t.recipe) is not None:
             notes.append("least memory not measured: as PID 1 a server has no init to probe it (see its init row)")
@@ -691,13 +760,17 @@ def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, 
                     st.update(f"{mib} MiB")
                     return runs_in(out, man, t, icount, mib, how)
                 least, trials = bisect_memory(ok, lo, hi, steps)
+            if least is not None and not how.pid1:
+                with ui.step(f"where {t.label}'s {least} MiB go under '{config}', {boot}"):
+                    memory_kib = memory_boot(out, man, t, icount, least, how)
     if len({r.instructions for r in runs}) > 1:
         notes.append("the runs' instruction counts differ")
     return Row(t.label, config, specialized, man.kernel_release, sizes.image_bytes, sizes.kernel_bytes,
                sizes.initramfs_bytes, sizes.text_bytes, sizes.data_bytes, sizes.bss_bytes, memory, first.ns,
                first.instructions, first.wall_ms, first.clock_offset_ns, first.reply_ns, first.reply_instructions,
                first.reply_wall_ms, least, trials, [r.instructions for r in runs], first.phases, first.exact, notes,
-               boot, compressed, "Os" if optimize == "size" else "O2", functions, first.rep_executions)
+               boot, compressed, "Os" if optimize == "size" else "O2", functions, first.rep_executions,
+               oci_layer_bytes=oci_layer, memory_kib=memory_kib)
 
 
 def run(apps: list[str], configs: list[str], icount: bool, repeat: int, mem_range: tuple[int, int], steps: int,
@@ -751,12 +824,14 @@ def save_json(report: Report, path: Path) -> None:
 
 def load_json(path: Path) -> Report:
     def decode(data: dict) -> Report:
-        rows = [Row(**{**r, "memory_trials": [(int(m), bool(o)) for m, o in r["memory_trials"]],
-                       "functions": {span: [(str(fn), int(n)) for fn, n in fns]
-                                     for span, fns in r.get("functions", {}).items()}})
-                for r in data.pop("rows")]
+        def row(r: dict) -> Row:
+            return Row(**{**r, "memory_trials": [(int(m), bool(o)) for m, o in r["memory_trials"]],
+                          "functions": {span: [(str(fn), int(n)) for fn, n in fns]
+                                        for span, fns in r.get("functions", {}).items()}})
+        rows = [row(r) for r in data.pop("rows")]
+        peers = [row(r) for r in data.pop("peers", [])]
         data["memory_range"] = tuple(data["memory_range"])
-        return Report(**data, rows=rows)
+        return Report(**data, rows=rows, peers=peers)
 
     return reporting.load_json(path, decode, "boot benchmark results", "give a file written by `ukl bench boot --json`")
 
@@ -765,7 +840,7 @@ def merge(reports: list[Report]) -> Report:
     """The rows of REPORTS in turn, under the first one's settings."""
     first = reports[0]
     return Report(first.icount, first.machine, first.qemu, first.memory_range, first.memory_steps,
-                  [r for rep in reports for r in rep.rows])
+                  [r for rep in reports for r in rep.rows], [p for rep in reports for p in rep.peers])
 
 
 @dataclass
@@ -850,7 +925,7 @@ def millions(n: int | None) -> str:
 
 
 HEADINGS = ["app", "config", "boot", "kernel compression", "image MB (kernel + initramfs)",
-            "vmlinux text / data / bss MB",
+            "shipped MB (OCI layer, gzip)", "vmlinux text / data / bss MB",
             "boot to main() ms (guest)", "instructions", "wall, TCG s", "first reply ms (guest)",
             "first reply wall, TCG s", "min memory MiB"]
 
@@ -868,7 +943,7 @@ def cells(r: Row, several_memories: bool = False) -> list[str]:
     if r.min_memory_mib is not None:
         memory += f" (fails at {max(fails)})" if fails else " (not bounded below)"
     return [r.app, r.config, f"{r.boot}, -m {r.memory_mib}" if several_memories else r.boot, kernel_cell(r),
-            f"{mb(r.image_bytes)} ({mb(r.kernel_bytes)} + {mb(r.initramfs_bytes)})",
+            f"{mb(r.image_bytes)} ({mb(r.kernel_bytes)} + {mb(r.initramfs_bytes)})", mb(r.oci_layer_bytes),
             f"{mb(r.text_bytes)} / {mb(r.data_bytes)} / {mb(r.bss_bytes)}",
             ms(r.boot_to_main_ns) + ("" if r.exact else " *"), millions(r.boot_to_main_instructions),
             f"{r.boot_to_main_wall_ms / 1e3:.2f}", ms(r.first_reply_ns),
@@ -877,9 +952,73 @@ def cells(r: Row, several_memories: bool = False) -> list[str]:
 
 def table(report: Report) -> Table:
     t = Table(*HEADINGS, title="boot: image size, time to main() (and a server's first answer), least memory")
-    for r in report.rows:
+    for r in [*report.rows, *report.peers]:
         t.add_row(*cells(r))
     return t
+
+
+def memory_section(report: Report) -> list[str]:
+    """Where each row's least memory goes (Row.memory_kib), in MiB."""
+    rows = [r for r in report.rows if r.memory_kib]
+    if not rows:
+        return []
+    out = ["", "## Where the least memory goes", "",
+           "One more boot at each image's least memory, with the kernel's messages (`-v`) and init's "
+           "`/proc/meminfo` (`ukl_meminfo=1`) where the application's memory is at its height: after a server's "
+           "first answer, else when the program has ended. In MiB of the `-m` given: what the firmware keeps "
+           "and the holes it leaves; the kernel image (code, rodata, rwdata, bss, and init, freed after boot) and "
+           "the rest memblock reserved at boot (struct pages, at 64 bytes for each 4 KiB page, then the early "
+           "page tables, the initramfs archive until it is unpacked and freed, ...) from the kernel's `Memory:` "
+           "line; then from `/proc/meminfo`: slab, page tables, kernel stacks, per-CPU areas, the files of the "
+           "root file system (`Shmem`: the unpacked initramfs, /tmp), the application's anonymous memory, the page "
+           "cache, what the kernel allocated otherwise (MemTotal less all the rest), and what is free.", "",
+           "| app | config | boot | -m MiB | " + " | ".join(MEMORY_PARTS) + " |",
+           "|---|---|---|---|" + "---:|" * len(MEMORY_PARTS)]
+    for r in rows:
+        out.append(f"| {r.app} | {r.config} | {r.boot} | {r.min_memory_mib} | "
+                   + " | ".join(f"{r.memory_kib.get(p, 0) / 1024:.1f}" for p in MEMORY_PARTS) + " |")
+    return out
+
+
+def is_hello(r: Row) -> bool:
+    return Path(r.app).name in ("hello", "hello.c")
+
+
+def ratio(ours: float | None, theirs: float | None) -> str:
+    return "-" if ours is None or not theirs else f"{ours / theirs:.2f}x"
+
+
+def peer_section(report: Report) -> list[str]:
+    """The peers measured in this run: what each is, its row, and our
+    hello rows against each as ratios (ours / the peer's)."""
+    if not report.peers:
+        return []
+    out = ["", "## Peers measured here", "",
+           "Built in this run from pinned inputs (`ukl bench boot --peers`, measure/boot-peers-built.toml, "
+           "shared/peers/) and measured with the same harness: the same QEMU, `-icount`, plugin points "
+           "and bisection. Their first point is their own first instruction (a PVH or multiboot entry), "
+           "their last their hello's `main()`; the least memory is the least `-m` at which the hello line "
+           "appears on the console.", ""]
+    out += [f"* **{p.app}** (`{p.config}`): {p.about}." + "".join(f" {n[:1].upper()}{n[1:]}." for n in p.notes)
+            for p in report.peers]
+    out += ["", "| " + " | ".join(HEADINGS) + " |", "|" + "---|" * len(HEADINGS)]
+    out += ["| " + " | ".join(cells(p)) + " |" for p in report.peers]
+    ours = [r for r in report.rows if is_hello(r)]
+    if ours:
+        out += ["", "Our hello against each peer (ours divided by the peer's; below 1: ours is smaller or "
+                "sooner). Guest instructions, not cycles: see \"How it is measured\".", "",
+                "| hello | config | boot | peer | image bytes | instructions to main() | the same, against the "
+                "peer without its avoidable wait (see its notes) | least memory |",
+                "|---|---|---|---|---|---|---|---|"]
+        for r in ours:
+            for p in report.peers:
+                cal = p.phases.get(PEER_AVOIDABLE)
+                out.append(f"| {r.app} | {r.config} | {r.boot} | {p.app} | {ratio(r.image_bytes, p.image_bytes)} | "
+                           f"{ratio(r.boot_to_main_instructions, p.boot_to_main_instructions)} | "
+                           + ("-" if cal is None else ratio(r.boot_to_main_instructions,
+                                                            p.boot_to_main_instructions - cal))
+                           + f" | {ratio(r.min_memory_mib, p.min_memory_mib)} |")
+    return out
 
 
 def peer_rows(peers: list[Peer]) -> list[str]:
@@ -898,13 +1037,15 @@ def markdown(report: Report, plot_file: Path | None, md_file: Path | None = None
              reporting.generated_by("./ukl bench boot", f"`make {md_file.stem}`"
                                     if md_file is not None and md_file.stem.startswith("results-") else "")
              + " Per application and configuration: the "
-             "bytes a VMM loads (bzImage and initramfs), the uncompressed kernel's (vmlinux) text, data and bss; "
+             "bytes a VMM loads (bzImage and initramfs), what a user ships (the OCI image's one gzip layer, "
+             "`ukl pkg --oci`), the uncompressed kernel's (vmlinux) text, data and bss; "
              "the guest time from the kernel's first instruction to the application's `main()` "
              + ("under `-icount shift=0,sleep=off` (one ns per instruction, idle waits at their length)"
                 if report.icount else "(no `--icount`: no guest time)")
              + ", with the instructions executed in that span and the host's wall time under TCG beside it; "
              "for servers the same to the first answer to the recipe's readiness probe; and the least `-m` "
-             "(MiB) at which the application boots and passes its smoke test, found by bisection in "
+             "(MiB) at which the image as shipped does its work (a server answers its probe, a program ends "
+             "with status 0), found by bisection in "
              f"{report.memory_range[0]}..{report.memory_range[1]} MiB with at most {report.memory_steps} boots "
              "after the upper bound's (\"fails at\": the largest size that failed). "
              + ("Configurations named special-HASH are kernels specialized to the application (`ukl build "
@@ -945,8 +1086,10 @@ def markdown(report: Report, plot_file: Path | None, md_file: Path | None = None
     if offsets:
         lines += ["", f"The plugin's overcount before init's stamp is {min(offsets):,} to {max(offsets):,} "
                   f"instructions here ({max(offsets) / 1e6:.2f} ms at most; see below)."]
+    lines += memory_section(report)
     lines += function_sections(report)
-    used = list(dict.fromkeys(r.boot for r in report.rows))
+    lines += peer_section(report)
+    used = list(dict.fromkeys(r.boot for r in [*report.rows, *report.peers]))
     lines += ["", "## Boot methods", "",
               "Each row's `boot`: how QEMU boots the image. The savings are kernel command-line words that tell "
               "the guest what it would otherwise wait to measure or check (tools/ukltool/run/vm.py, BOOT_SAVINGS): "
@@ -964,7 +1107,8 @@ def markdown(report: Report, plot_file: Path | None, md_file: Path | None = None
               "entry: no decompression, and under microvm qboot's minimal firmware instead of SeaBIOS; the "
               "image bytes of such a row are that file's loadable segments' (not the holes their alignment "
               "leaves in the file) and the initramfs's.", "",
-              "| boot | what |", "|---|---|", *[f"| {b} | {BOOTS[b].what if b in BOOTS else '-'} |" for b in used]]
+              "| boot | what |", "|---|---|", *[f"| {b} | {BOOTS[b].what if b in BOOTS else PEER_BOOTS.get(b, '-')} |"
+                                                for b in used]]
     goals = [g for g in load_targets() if any(r.specialized and r.app == g.app for r in report.rows)]
     if goals:
         lines += ["", "## Against issue 36's targets", "",
@@ -1050,10 +1194,11 @@ METHOD = f"""* **Time origin: the kernel's first instruction**, the real-mode se
   instructions each) are counted in the server's boot to `main()`.
 * **Wall, TCG**: the host's clock between the same points under QEMU's software emulation (translation
   included): what this machine took, not what a real CPU would; it varies with the host's load.
-* **Least memory**: boots with `-m N` (MiB) running the recipe's smoke test (a C file or directory: the
-  program must exit with status 0); bisection in log space between the bounds. A recipe's image
-  carries busybox (1.9 MB, static) for its smoke test in the initramfs, which the kernel unpacks into
-  memory. An image of a C file (`examples/hello/hello.c`) holds the program and init alone.
+* **Least memory**: boots with `-m N` (MiB) the image as shipped, with its default arguments: a server
+  must answer its readiness probe (init's prober), a program must end with status 0; bisection in log
+  space between the bounds. Nothing else is loaded: the smoke tests' busybox is a test layer that
+  images do not carry (docs/guide/running.md), so the initramfs holds init, `/etc` and the
+  application's files. As PID 1 a server has no init to probe it: its row has no least memory.
 * **Kernel compression**: each row's kernel compression is read from its bzImage. The configurations use
   LZ4 (the fastest decompressor); `ukl bench boot --compressions` measures the others
   (docs/results/results-boot-compression.md).
@@ -1114,7 +1259,7 @@ def plot(report: Report, path: Path) -> None:
 
 def show(report: Report) -> None:
     ui.report_console().print(table(report))
-    for r in report.rows:
+    for r in [*report.rows, *report.peers]:
         for n in r.notes:
             ui.warn(f"{r.app} under '{r.config}': {n}")
 

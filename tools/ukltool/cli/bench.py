@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from ukltool.bench import appbench, bootbench, hostbench, remotebench, secrecybench, syscalls
+from ukltool.bench import appbench, bootbench, hostbench, peerbench, remotebench, secrecybench, syscalls
 from ukltool.cli.common import (
     Deprecated,
     add_command,
@@ -145,10 +145,11 @@ def _bench_app_parser(bs: argparse._SubParsersAction) -> None:
 def _bench_boot_parser(bs: argparse._SubParsersAction) -> None:
     bb = add_command(bs, "boot", "image size, boot time to main() (and a server's first answer), least memory",
                      "Build each application for each configuration and measure: the image's bytes (bzImage, "
-                     "initramfs) and vmlinux's text/data/bss; the guest time and instructions from the kernel's first "
-                     "instruction to main() (and for a server to its first answer to the recipe's readiness probe), "
-                     "with the wall time under TCG beside them; and the least memory (-m, MiB) at which the "
-                     "application passes its smoke test, by bisection (docs/results/results-boot.md).",
+                     "initramfs; the OCI layer `ukl pkg` ships) and vmlinux's text/data/bss; the guest time and "
+                     "instructions from the kernel's first instruction to main() (and for a server to its first "
+                     "answer to the recipe's readiness probe), with the wall time under TCG beside them; and the "
+                     "least memory (-m, MiB) at which the image as shipped does its work, by bisection "
+                     "(docs/results/results-boot.md). --peers adds peers built and measured the same way.",
                      ("ukl bench boot hello --configs linux,base --icount",
                       "ukl bench boot examples/hello/hello.c redis --icount --no-memory --boots pc,pc-direct",
                       "ukl bench boot --from-json a.json --from-json b.json --markdown out/boot.md"))
@@ -179,6 +180,10 @@ def _bench_boot_parser(bs: argparse._SubParsersAction) -> None:
                     help="compile every kernel for NAME instead of the configurations' -O2 (one of: "
                     f"{safe_list(kernel.optimizations)})")
     bb.add_argument("--no-memory", action="store_true", help="do not bisect the least memory")
+    bb.add_argument("--peers", type=list_arg, default=[], metavar="LIST",
+                    help="also build and measure these peers in the same run, with the same harness "
+                    "(measure/boot-peers-built.toml: firecracker-linux, stock Linux 6.1 from Firecracker's guest "
+                    "configuration with a static hello as init; unikraft-hello, Unikraft's helloworld)")
     bb.add_argument("--by-function", action="store_true",
                     help="boot each image once more with the plugin profiling it, and report where the "
                     "instructions from vmlinux's entry to main() (and the first reply) go, by function")
@@ -235,12 +240,18 @@ def cmd_bench_boot(a: argparse.Namespace) -> int:
         if a.memory_steps < 0:
             raise UklError(f"--memory-steps {a.memory_steps}: must be 0 or more", "e.g. --memory-steps 6")
         apps = [*a.names, *a.apps_old] or ["hello"]
+        peers = peerbench.check(a.peers)   # every name checked before any work
         report = bootbench.run(apps, bootbench.names(a.configs, "--configs"),
                                a.icount, a.repeat, bootbench.parse_range(a.memory_range), a.memory_steps,
                                a.timeout, a.memory, (lambda r: bootbench.save_json(r, a.json)) if a.json else None,
                                bootbench.boots(a.boots), not a.no_memory, a.specialize,
                                bootbench.names(a.compressions, "--compressions") if a.compressions else None,
                                a.optimize, a.by_function)
+        for p in peers:
+            report.peers.append(peerbench.measure(p, a.icount, a.memory, None if a.no_memory else
+                                                  bootbench.parse_range(a.memory_range), a.memory_steps, a.timeout))
+            if a.json:
+                bootbench.save_json(report, a.json)
     bootbench.show(report)
     write_reports(a, lambda f: bootbench.save_json(report, f), lambda f: bootbench.plot(report, f),
                   lambda: bootbench.markdown(report, a.plot, a.markdown))
@@ -257,7 +268,7 @@ def cmd_bench_secrecy(a: argparse.Namespace) -> int:
             raise UklError(f"--rows {a.rows} --spin-rows {a.spin_rows}: not lists of numbers",
                            "for example --rows 128,1024 --spin-rows 128") from None
         report = secrecybench.run(configs_arg(a.configs), cases, a.repeat, a.timeout,
-                                  None if a.accel == "auto" else a.accel)
+                                  None if a.accel == "auto" else a.accel, json_path=a.json)
     spin = [str(r) for r, w in report.cases if w == "spin"]
     command = f"./ukl bench secrecy --configs {','.join(report.configs)} --rows " + \
         ",".join(str(r) for r, w in report.cases if w == "block") + \
