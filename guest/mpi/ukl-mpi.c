@@ -12,8 +12,10 @@
  *                    as MPI's singleton MPI_Init.
  *   UKL_MPI_RANK     this rank, 0..N-1 (required with UKL_MPI_HOSTS).
  *   UKL_MPI_PORT     the port of an entry that names none (default 7350).
- *   UKL_MPI_TIMEOUT  seconds for the connection setup, and for
- *                    MPI_Finalize (default 60).
+ *   UKL_MPI_TIMEOUT  seconds for the connection setup (default 60).
+ *   UKL_MPI_FINALIZE_TIMEOUT
+ *                    seconds MPI_Finalize waits at most for its peers
+ *                    (below); unset, empty or 0: no limit (the default).
  *   UKL_MPI_WAIT     block (default): a rank that waits sleeps in poll();
  *                    spin: it calls poll() with a zero timeout in a loop,
  *                    as MPICH's and Open MPI's TCP transports do.
@@ -56,14 +58,20 @@
  * MPI_Finalize writes the queued sends and a goodbye (a header with tag
  * BYE_TAG and no bytes) to every peer, shuts each connection down for
  * writing and reads until each peer's end of file, so that no rank's last
- * message is lost to a reset; then it frees everything. It takes at most
- * UKL_MPI_TIMEOUT seconds: a peer that does not read what is queued for
- * it, or does not close within that time (stopped, hung, its machine
- * gone without a word), is an error naming it, as is a peer whose
- * connection closed without its goodbye (it ended without MPI_Finalize,
- * or was killed). Without a launcher to stop the job, that is how the
- * other ranks end with a failure, as under mpiexec, instead of waiting
- * forever or reporting success.
+ * message is lost to a reset; then it frees everything. Like MPICH's, it
+ * waits as long as its peers take: a rank may finish long before another,
+ * or a peer may be slow to read what is queued for it. It fails only on
+ * evidence that a peer is gone, at once: a connection that closed (or
+ * was reset) without the peer's goodbye, which it sends only from its
+ * MPI_Finalize (it ended without MPI_Finalize, or was killed), or that
+ * was reset while this rank's last messages were still being written to
+ * it. Without a launcher to stop the job, that is how the other ranks end
+ * with a failure, as under mpiexec, instead of reporting success. A peer
+ * that is stopped, hung, or whose machine is gone without a word (no end
+ * of file, no reset) is waited for, unless UKL_MPI_FINALIZE_TIMEOUT sets a
+ * limit: then a peer that has not taken this rank's last messages, or not
+ * finalized, by then is an error naming it. (`ukl cluster` stops the
+ * other nodes when one fails, and its --timeout applies to each.)
  *
  * Errors (bad values, setup failures, a peer closing its connection while
  * a receive waits for it or in the middle of a message, a message longer
@@ -192,6 +200,8 @@ static struct {
 	int size;
 	int port;
 	int timeout;
+	int finalize_timeout;	/* 0: none */
+	bool finalizing;
 	const char *hosts_var, *rank_var;	/* where the world came from */
 	bool spin;
 	bool stats;
@@ -366,6 +376,8 @@ static void read_env(void)
 		w.port = (int)env_int("UKL_MPI_PORT", v, 1, 65535);
 	if ((v = getenv("UKL_MPI_TIMEOUT")))
 		w.timeout = (int)env_int("UKL_MPI_TIMEOUT", v, 1, 86400);
+	if ((v = getenv("UKL_MPI_FINALIZE_TIMEOUT")) && *v)
+		w.finalize_timeout = (int)env_int("UKL_MPI_FINALIZE_TIMEOUT", v, 0, 86400);
 	if ((v = getenv("UKL_MPI_WAIT"))) {
 		if (!strcmp(v, "spin"))
 			w.spin = true;
@@ -723,6 +735,16 @@ static void post(struct peer *p, struct ukl_mpi_request *r)
  */
 #define SMALL_MSG 4096
 
+/* Bytes of P's queued sends not written yet. */
+static size_t unsent(const struct peer *p)
+{
+	size_t n = 0;
+
+	for (const struct ukl_mpi_request *r = p->sendq; r; r = r->next)
+		n += sizeof(r->hdr) + r->len - r->off;
+	return n;
+}
+
 static bool write_some(struct peer *p, struct ukl_mpi_request *r)
 {
 	size_t total = sizeof(r->hdr) + r->len;
@@ -759,6 +781,10 @@ static bool write_some(struct peer *p, struct ukl_mpi_request *r)
 			/* a goodbye to a peer that is gone: its end of file says so (drain_all) */
 			if (r->internal && (errno == EPIPE || errno == ECONNRESET))
 				return true;
+			if (w.finalizing && (errno == EPIPE || errno == ECONNRESET))
+				die(peer_name(r->peer, name, sizeof(name)), "MPI_Finalize: the connection was "
+				    "reset before the peer took this rank's last messages (%zu bytes unsent): it "
+				    "ended, or was killed", unsent(p));
 			die(peer_name(r->peer, name, sizeof(name)), "sending a message with tag %d: %s",
 			    r->tag, strerror(errno));
 		}
@@ -1296,16 +1322,6 @@ static void print_stats(void)
 		now.ru_nvcsw - w.start.ru_nvcsw, now.ru_nivcsw - w.start.ru_nivcsw);
 }
 
-/* Bytes of P's queued sends not written yet. */
-static size_t unsent(const struct peer *p)
-{
-	size_t n = 0;
-
-	for (const struct ukl_mpi_request *r = p->sendq; r; r = r->next)
-		n += sizeof(r->hdr) + r->len - r->off;
-	return n;
-}
-
 static bool has_unsent(int r)
 {
 	return w.peers[r].sendq != NULL;
@@ -1364,10 +1380,37 @@ static void say_goodbye(void)
 	}
 }
 
-/* Write every queued send (MPI_Isends never waited for, the goodbyes)
- * before DEADLINE: a peer that reads nothing would hold this rank. Each
- * connection is shut down for writing once its last byte is out, so that
- * a peer waits for no other. */
+/* A peer whose connection closed without its goodbye is gone: it ended
+ * without MPI_Finalize, or was killed. */
+static void check_gone(void)
+{
+	char name[64];
+
+	for (int r = 0; r < w.size; r++) {
+		struct peer *p = &w.peers[r];
+
+		if (p->fd >= 0 && p->eof && !p->bye)
+			die(peer_name(r, name, sizeof(name)), "MPI_Finalize: the connection closed "
+			    "without the peer's MPI_Finalize: it ended without it, or was killed");
+	}
+}
+
+/* poll()'s timeout until DEADLINE (ns; 0: none) */
+static int finalize_wait(uint64_t deadline)
+{
+	if (w.spin)
+		return 0;
+	return deadline ? ms_left(deadline) : -1;
+}
+
+static bool past(uint64_t deadline)
+{
+	return deadline && ms_left(deadline) == 0;
+}
+
+/* Write every queued send (MPI_Isends never waited for, the goodbyes),
+ * before DEADLINE if there is one. Each connection is shut down for
+ * writing once its last byte is out, so that a peer waits for no other. */
 static void flush_all(uint64_t deadline)
 {
 	char list[512];
@@ -1375,6 +1418,7 @@ static void flush_all(uint64_t deadline)
 	for (;;) {
 		bool queued = false;
 
+		check_gone();
 		for (int r = 0; r < w.size; r++) {
 			struct peer *p = &w.peers[r];
 
@@ -1389,41 +1433,37 @@ static void flush_all(uint64_t deadline)
 		}
 		if (!queued)
 			return;
-		if (ms_left(deadline) == 0)
+		if (past(deadline))
 			break;
-		if (!progress(w.spin ? 0 : ms_left(deadline)))
+		if (!progress(finalize_wait(deadline)))
 			return;
 	}
 	peer_list(has_unsent, list, sizeof(list));
-	die("UKL_MPI_TIMEOUT", "MPI_Finalize: %s did not take this rank's last messages within %d s", list,
-	    w.timeout);
+	die("UKL_MPI_FINALIZE_TIMEOUT", "MPI_Finalize: %s did not take this rank's last messages within %d s",
+	    list, w.finalize_timeout);
 }
 
-/* Read until every peer has closed, before DEADLINE; each must have said
- * goodbye first. */
+/* Read until every peer has closed, before DEADLINE if there is one; each
+ * must have said goodbye first. */
 static void drain_all(uint64_t deadline)
 {
-	char list[512], name[64];
+	char list[512];
 
 	for (;;) {
 		bool open = false;
 
-		for (int r = 0; r < w.size; r++) {
-			struct peer *p = &w.peers[r];
-
-			if (p->fd >= 0 && p->eof && !p->bye)
-				die(peer_name(r, name, sizeof(name)), "MPI_Finalize: the connection closed "
-				    "without the peer's MPI_Finalize: it ended without it, or was killed");
+		check_gone();
+		for (int r = 0; r < w.size; r++)
 			open |= still_open(r);
-		}
 		if (!open)
 			return;
-		if (ms_left(deadline) == 0)
+		if (past(deadline))
 			break;
-		progress(ms_left(deadline));
+		progress(finalize_wait(deadline));
 	}
 	peer_list(still_open, list, sizeof(list));
-	die("UKL_MPI_TIMEOUT", "MPI_Finalize: %s did not finalize within %d s", list, w.timeout);
+	die("UKL_MPI_FINALIZE_TIMEOUT", "MPI_Finalize: %s did not finalize within %d s", list,
+	    w.finalize_timeout);
 }
 
 int MPI_Finalize(void)
@@ -1433,7 +1473,8 @@ int MPI_Finalize(void)
 	check_world("MPI_Finalize", MPI_COMM_WORLD);
 	if (w.stats)
 		print_stats();
-	deadline = now_ns() + (uint64_t)w.timeout * 1000000000u;
+	deadline = w.finalize_timeout ? now_ns() + (uint64_t)w.finalize_timeout * 1000000000u : 0;
+	w.finalizing = true;
 	say_goodbye();
 	flush_all(deadline);
 	drain_all(deadline);

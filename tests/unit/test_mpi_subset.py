@@ -195,6 +195,10 @@ def test_ranks_with_different_worlds_do_not_connect(mpicheck):
     ({"UKL_MPI_RANK": None}, "UKL_MPI_HOSTS is set but UKL_MPI_RANK is not (UKL_MPI_RANK)"),
     ({"UKL_MPI_WAIT": "fast"}, "invalid value 'fast': expected block or spin (UKL_MPI_WAIT)"),
     ({"UKL_MPI_TIMEOUT": "0"}, "invalid value '0': expected an integer from 1 to 86400 (UKL_MPI_TIMEOUT)"),
+    ({"UKL_MPI_FINALIZE_TIMEOUT": "-1"},
+     "invalid value '-1': expected an integer from 0 to 86400 (UKL_MPI_FINALIZE_TIMEOUT)"),
+    ({"UKL_MPI_FINALIZE_TIMEOUT": "1m"},
+     "invalid value '1m': expected an integer from 0 to 86400 (UKL_MPI_FINALIZE_TIMEOUT)"),
     ({"UKL_MPI_PORT": "70000"}, "invalid value '70000': expected an integer from 1 to 65535 (UKL_MPI_PORT)"),
     ({"UKL_MPI_STATS": "yes"}, "invalid value 'yes': expected 0 or 1 (UKL_MPI_STATS)"),
     ({"UKL_MPI_HOSTS": "10.0.0.1,10.0.0"}, "entry 1: '10.0.0' is not an IPv4 address (UKL_MPI_HOSTS)"),
@@ -239,14 +243,17 @@ def test_mpich_prints_the_same(mpicheck, tmp_path):
 # A program whose rank 1 fails its peers at the end: it returns without
 # MPI_Finalize ("exit"), is killed ("kill"), stops (SIGSTOP, as a guest
 # whose machine is gone: its connections stay open and nothing is read),
-# or stops with a 64 MiB MPI_Isend from rank 0 still queued for it ("isend",
-# which rank 0 never waits for: MPI_Finalize must write it).
+# or stops or is killed with a 64 MiB MPI_Isend from rank 0 still queued
+# for it ("isend", "isendkill"; rank 0 never waits for it: MPI_Finalize
+# must write it). Or it is only late ("late"): it reads that MPI_Isend and
+# finalizes 3 s after the others.
 ENDS = r"""
 #include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define BIG (64 << 20)
 
@@ -266,16 +273,19 @@ int main(int argc, char **argv)
 	} else {
 		MPI_Recv(&token, 1, MPI_INT, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
 	}
-	if (rank == 1) {
+	if (rank == 0 && (strstr(how, "isend") || !strcmp(how, "late")))
+		MPI_Isend(big, BIG, MPI_BYTE, 1, 2, MPI_COMM_WORLD, &req);
+	if (rank == 1 && !strcmp(how, "late")) {
+		sleep(3);
+		MPI_Recv(big, BIG, MPI_BYTE, 0, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+	} else if (rank == 1) {
 		printf("rank 1: %s\n", how);
 		fflush(stdout);
 		if (!strcmp(how, "exit"))
 			return 0;
-		raise(!strcmp(how, "kill") ? SIGKILL : SIGSTOP);
+		raise(strstr(how, "kill") ? SIGKILL : SIGSTOP);
 		return 0;
 	}
-	if (rank == 0 && !strcmp(how, "isend"))
-		MPI_Isend(big, BIG, MPI_BYTE, 1, 2, MPI_COMM_WORLD, &req);
 	MPI_Finalize();
 	printf("rank %d: finalized\n", rank);
 	return 0;
@@ -295,22 +305,27 @@ def ends(mpicheck, tmp_path_factory) -> Path:
     return exe
 
 
-def run_ending(exe: Path, how: str, timeout: int) -> tuple[list[Rank], float, int]:
-    """Three ranks of EXE HOW with UKL_MPI_TIMEOUT=TIMEOUT; ranks 0 and 2
-    (rank 1 is killed after them, stopped or not), the seconds until both
-    ended, and rank 1's port."""
+def start_ending(exe: Path, how: str, **env: str) -> tuple[list[subprocess.Popen[str]], int]:
+    """Three ranks of EXE HOW with ENV; the processes and rank 1's port."""
     ports = free_ports(3)
     hosts = ",".join(f"127.0.0.1:{p}" for p in ports)
+    return [subprocess.Popen([str(exe), how], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=clean_env(UKL_MPI_HOSTS=hosts, UKL_MPI_RANK=str(r), **env))
+            for r in range(3)], ports[1]
+
+
+def run_ending(exe: Path, how: str, limit: int | None) -> tuple[list[Rank], float, int]:
+    """Three ranks of EXE HOW, with UKL_MPI_FINALIZE_TIMEOUT=LIMIT if given;
+    ranks 0 and 2 (rank 1 is killed after them, stopped or not), the
+    seconds until both ended, and rank 1's port."""
     t0 = time.monotonic()
-    procs = [subprocess.Popen([str(exe), how], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=clean_env(UKL_MPI_HOSTS=hosts, UKL_MPI_RANK=str(r), UKL_MPI_TIMEOUT=str(timeout)))
-             for r in range(3)]
+    procs, port = start_ending(exe, how, **({"UKL_MPI_FINALIZE_TIMEOUT": str(limit)} if limit else {}))
     try:
         done = []
         for p in (procs[0], procs[2]):
-            out, err = p.communicate(timeout=timeout + 30)
+            out, err = p.communicate(timeout=(limit or 0) + 30)
             done.append(Rank(p.returncode, out, err))
-        return done, time.monotonic() - t0, ports[1]
+        return done, time.monotonic() - t0, port
     finally:
         for p in procs:
             if p.poll() is None:
@@ -318,42 +333,94 @@ def run_ending(exe: Path, how: str, timeout: int) -> tuple[list[Rank], float, in
             p.communicate()
 
 
+def gone_message(r: int, port: int) -> str:
+    return (f"ukl-mpi: rank {r}: MPI_Finalize: the connection closed without the peer's MPI_Finalize: it ended "
+            f"without it, or was killed (rank 1 at 127.0.0.1:{port})\n")
+
+
 @pytest.mark.parametrize("how", ["exit", "kill"])
 def test_a_rank_that_ends_without_finalize_fails_the_others_finalize(ends, how):
     """Under mpiexec a rank that ends without MPI_Finalize fails the job;
     here the others' MPI_Finalize says so at once (its connection closed
-    without its goodbye), instead of returning success."""
-    ranks, seconds, port = run_ending(ends, how, 30)
+    without its goodbye), instead of returning success. No limit is set:
+    the end of file is the evidence."""
+    ranks, seconds, port = run_ending(ends, how, None)
     assert seconds < 10
     for r, res in zip((0, 2), ranks, strict=True):
         assert (res.rc, res.out) == (1, ""), res
-        assert res.err == (f"ukl-mpi: rank {r}: MPI_Finalize: the connection closed without the peer's "
-                           "MPI_Finalize: it ended without it, or was killed "
-                           f"(rank 1 at 127.0.0.1:{port})\n"), res.err
+        assert res.err == gone_message(r, port), res.err
 
 
-def test_a_peer_that_never_finalizes_is_an_error_within_the_timeout(ends):
+def test_a_peer_killed_while_finalize_writes_to_it_fails_it_at_once(ends):
+    """Rank 0's MPI_Finalize still has most of a 64 MiB MPI_Isend to write
+    to rank 1 when rank 1 is killed: the reset (or the end of file) ends it
+    with an error naming rank 1, without any limit set."""
+    ranks, seconds, port = run_ending(ends, "isendkill", None)
+    assert seconds < 10
+    r0, r2 = ranks
+    assert (r0.rc, r0.out) == (1, ""), r0
+    assert re.fullmatch(r"ukl-mpi: rank 0: (MPI_Finalize: the connection closed without the peer's MPI_Finalize: "
+                        r"it ended without it, or was killed|MPI_Finalize: the connection was reset before the peer "
+                        r"took this rank's last messages \(\d+ bytes unsent\): it ended, or was killed|sending a "
+                        r"message with tag 2: (Broken pipe|Connection reset by peer)) "
+                        rf"\(rank 1 at 127\.0\.0\.1:{port}\)\n", r0.err), r0.err
+    assert (r2.rc, r2.err) == (1, gone_message(2, port))
+
+
+def test_a_late_rank_is_waited_for_as_mpich_does(ends):
+    """Rank 1 reads rank 0's 64 MiB MPI_Isend and finalizes 3 s after the
+    others, longer than UKL_MPI_TIMEOUT (the setup's): ranks 0 and 2 wait
+    for it in MPI_Finalize and every rank succeeds."""
+    t0 = time.monotonic()
+    ranks = run_ranks(ends, "late", UKL_MPI_TIMEOUT="1")
+    assert time.monotonic() - t0 >= 3
+    for r, res in enumerate(ranks):
+        assert (res.rc, res.out, res.err) == (0, f"rank {r}: finalized\n", ""), res
+
+
+def test_a_stopped_peer_is_waited_for_until_it_is_gone(ends):
+    """Without UKL_MPI_FINALIZE_TIMEOUT a peer that is alive (here stopped)
+    is waited for, past UKL_MPI_TIMEOUT; once it is killed, the others'
+    MPI_Finalize fails at once, naming it."""
+    procs, port = start_ending(ends, "stop", UKL_MPI_TIMEOUT="1")
+    try:
+        assert procs[1].stdout is not None
+        assert procs[1].stdout.readline() == "rank 1: stop\n"
+        time.sleep(3)
+        assert procs[0].poll() is None and procs[2].poll() is None
+        procs[1].kill()
+        for r in (0, 2):
+            out, err = procs[r].communicate(timeout=10)
+            assert (procs[r].returncode, out, err) == (1, "", gone_message(r, port))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.communicate()
+
+
+def test_a_peer_that_never_finalizes_is_an_error_within_the_limit(ends):
     """A peer that stops (or whose machine is gone: its connection stays
-    open) before MPI_Finalize: the others' MPI_Finalize ends with an error
-    naming it after UKL_MPI_TIMEOUT, not a warning and success."""
+    open) before MPI_Finalize: with UKL_MPI_FINALIZE_TIMEOUT set, the
+    others' MPI_Finalize ends with an error naming it after that limit."""
     ranks, seconds, port = run_ending(ends, "stop", 2)
     assert 2 <= seconds < 10
     for r, res in zip((0, 2), ranks, strict=True):
         assert (res.rc, res.out) == (1, ""), res
         assert res.err == (f"ukl-mpi: rank {r}: MPI_Finalize: rank 1 at 127.0.0.1:{port} did not finalize "
-                           "within 2 s (UKL_MPI_TIMEOUT)\n"), res.err
+                           "within 2 s (UKL_MPI_FINALIZE_TIMEOUT)\n"), res.err
 
 
-def test_finalize_writing_to_a_peer_that_reads_nothing_ends_within_the_timeout(ends):
+def test_finalize_writing_to_a_peer_that_reads_nothing_ends_within_the_limit(ends):
     """MPI_Finalize writes what is queued (here 64 MiB of an MPI_Isend) to a
-    stopped peer: it used to wait for the peer forever."""
+    stopped peer: with UKL_MPI_FINALIZE_TIMEOUT set, it gives up then."""
     ranks, seconds, port = run_ending(ends, "isend", 2)
     assert 2 <= seconds < 10
     (r0, r2) = ranks
     assert (r0.rc, r0.out) == (1, ""), r0
     m = re.fullmatch(rf"ukl-mpi: rank 0: MPI_Finalize: rank 1 at 127\.0\.0\.1:{port} \((\d+) bytes unsent\) did not "
-                     r"take this rank's last messages within 2 s \(UKL_MPI_TIMEOUT\)\n", r0.err)
+                     r"take this rank's last messages within 2 s \(UKL_MPI_FINALIZE_TIMEOUT\)\n", r0.err)
     assert m, r0.err
     assert 0 < int(m.group(1)) <= (64 << 20) + 2 * 16   # the message's rest and the goodbye
     assert (r2.rc, r2.err) == (1, f"ukl-mpi: rank 2: MPI_Finalize: rank 1 at 127.0.0.1:{port} did not finalize "
-                                  "within 2 s (UKL_MPI_TIMEOUT)\n")
+                                  "within 2 s (UKL_MPI_FINALIZE_TIMEOUT)\n")
