@@ -58,9 +58,9 @@ results-apps: setup
 
 # Boot figures in docs/: image sizes, guest time from the kernel's first
 # instruction to main() (and a server's first answer) under -icount, and the
-# least memory each application's smoke test runs in (bisection), beside
-# Lupine's and Unikraft's published figures (issue 36). examples/hello/hello.c is an image
-# of the program alone; the recipes' images carry busybox for their smoke tests.
+# least memory each image as shipped works in (bisection), beside Lupine's
+# and Unikraft's published figures (issue 36). Images carry no busybox: the
+# smoke tests load it as a test layer.
 .PHONY: results-boot
 # Then hello and Redis booted as Firecracker boots (microvm, PVH), under init
 # and as PID 1 with no initramfs, beside the peers built and measured here.

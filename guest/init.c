@@ -43,7 +43,8 @@
  *   - ukl_meminfo=1: print /proc/meminfo, each line as "ukl-init: meminfo
  *     LINE", where the memory the application uses is at its height: after
  *     a server's first answer (before the prober stops it), else when the
- *     application has ended.
+ *     application has ended; and then its peak resident set (wait4()'s
+ *     ru_maxrss) as "ukl-init: meminfo AppPeakRSS: N kB".
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -465,17 +466,28 @@ static int has_address(const char *name)
  */
 static void eth0_up(void)
 {
-	static char ip[256];
+	static char ip[256], cmdline[4096];
 	const char *env = getenv("ip");
 	char *f[7] = { 0 }, *p = ip;
 
 	if (has_address("eth0"))
 		return;
+	if (!env && slurp("/proc/cmdline", cmdline, sizeof(cmdline)) > 0) {
+		/* an IP_PNP kernel took ip= and did not apply it: say so, apply it here */
+		char *w = strstr(cmdline, " ip=");
+
+		if (w || !strncmp(cmdline, "ip=", 3)) {
+			w = w ? w + 4 : cmdline + 3;
+			w[strcspn(w, " \n")] = 0;
+			env = w;
+			say("the kernel did not configure eth0 from ip=%s: init does", env);
+		}
+	}
 	if (!env) {
 		iface_up("eth0", "10.0.2.15", "255.255.255.0", "10.0.2.2");
 		return;
 	}
-	snprintf(ip, sizeof(ip), "%s", env);
+	snprintf(ip, sizeof(ip), "%.255s", env);
 	for (int i = 0; i < 7 && p; i++) {
 		f[i] = p;
 		p = strchr(p, ':');
@@ -635,7 +647,9 @@ int main(int kargc, char **kargv)
 	if (getenv("ukl_probe") && fork() == 0)
 		probe(getenv("ukl_probe"), pid);
 	for (;;) {
-		w = waitpid(-1, &status, 0);
+		struct rusage ru;
+
+		w = wait4(-1, &status, 0, &ru);
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w < 0) {
@@ -646,6 +660,8 @@ int main(int kargc, char **kargv)
 			continue;	/* an orphan re-parented to us */
 		if (!getenv("ukl_probe"))
 			print_meminfo();
+		if (getenv("ukl_meminfo"))
+			fprintf(stderr, "ukl-init: meminfo AppPeakRSS: %ld kB\n", ru.ru_maxrss);
 		if (WIFEXITED(status))
 			report_and_exit(WEXITSTATUS(status));
 		if (WIFSIGNALED(status))

@@ -416,3 +416,38 @@ def test_a_profile_that_does_not_add_up_is_an_error():
         bootbench.check_profile({"kernel..init": good["kernel..init"]}, hits, "log")
     with pytest.raises(UklError, match="never reached main"):
         bootbench.check_profile(good, [*hits[:4], None], "log")
+
+
+CONSOLE = ("[    0.010094] Memory: 16416K/37368K available (6619K kernel code, 723K rwdata, 1032K rodata, "
+           "792K init, 2396K bss, 20696K reserved, 0K cma-reserved)\n") + """\
+[    0.020326] Freeing unused kernel image (UKL bss padding) memory: 2004K
+[    0.057970] Freeing initrd memory: 936K
+ukl-init: meminfo MemTotal:          26444 kB
+ukl-init: meminfo MemFree:           18568 kB
+ukl-init: meminfo Buffers:               0 kB
+ukl-init: meminfo Cached:              960 kB
+ukl-init: meminfo Unevictable:           0 kB
+ukl-init: meminfo Shmem:               960 kB
+ukl-init: meminfo Slab:               2168 kB
+ukl-init: meminfo KernelStack:         352 kB
+ukl-init: meminfo PageTables:           36 kB
+ukl-init: meminfo AnonPages:            72 kB
+ukl-init: meminfo AppPeakRSS: 1200 kB
+"""
+
+
+def test_the_memory_breakdown_adds_up_to_the_memory_given():
+    parts = bootbench.memory_breakdown(CONSOLE, 37)
+    assert sum(v for k, v in parts.items() if k != "app peak RSS") == 37 * 1024
+    assert parts["firmware, holes"] == 37 * 1024 - 37368
+    assert parts["bss"] == 2396 - 2004 and parts["struct pages"] == 2048   # one 128 MiB section
+    # reserved at the application's height: the present memory less MemTotal
+    assert sum(parts[k] for k in ("kernel code", "rodata", "rwdata", "bss", "struct pages", "other reserved")) \
+        == 37368 - 26444
+    assert parts["root fs files"] == 960 and parts["page cache"] == 0 and parts["free"] == 18568
+    assert parts["app peak RSS"] == 1200
+    # ramfs (no TMPFS): the root's files are unevictable page cache, not Shmem
+    ramfs = CONSOLE.replace("Shmem:               960", "Shmem:                 0").replace(
+        "Unevictable:           0", "Unevictable:         960")
+    assert bootbench.memory_breakdown(ramfs, 37)["root fs files"] == 960
+    assert bootbench.memory_breakdown("no such lines", 37) == {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import pytest
@@ -601,3 +602,22 @@ def test_a_tree_outside_a_git_checkout_is_copied_without_build_debris(tmp_path, 
     finally:
         if not had:
             built.unlink()
+
+
+def test_ukl_writes_its_own_files_never_through_a_link(tmp_path):
+    """run.vm.write_own_file (LOG.cmd beside an image): ukl runs as root,
+    so a link planted where it writes must not make it overwrite the
+    file the link names, nor a FIFO or device block it."""
+    from ukltool.run import vm
+    target = tmp_path / "precious"
+    target.write_text("keep me\n")
+    (tmp_path / "x.cmd").symlink_to(target)
+    with pytest.raises(UklError, match="is a symbolic link"):
+        vm.write_own_file(tmp_path / "x.cmd", "qemu ...\n")
+    assert target.read_text() == "keep me\n"
+    os.mkfifo(tmp_path / "f.cmd")
+    with pytest.raises(UklError, match="not a regular file"):
+        vm.write_own_file(tmp_path / "f.cmd", "qemu ...\n")
+    vm.write_own_file(tmp_path / "ok.cmd", "qemu ...\n")
+    vm.write_own_file(tmp_path / "ok.cmd", "qemu 2\n")
+    assert (tmp_path / "ok.cmd").read_text() == "qemu 2\n"

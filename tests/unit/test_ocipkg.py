@@ -23,14 +23,21 @@ from ukltool.util.errors import UklError
 
 
 def fake_image(root: Path, args: list[str] | None = None, forwards: list[list[int]] | None = None,
-               recipe: str | None = None, config: str = "base", userspace: bool = False, name: str = "img") -> Path:
+               recipe: str | None = None, config: str = "base", userspace: bool = False, name: str = "img",
+               ip_pnp: bool = True) -> Path:
+    """A build result with a fake kernel; its System.map says whether the
+    kernel configures eth0 from ip= (IP_PNP)."""
     out = root / name
     out.mkdir()
+    kdir = root / f"{name}-kernel"
+    kdir.mkdir()
+    (kdir / "System.map").write_text("ffffffff81000000 T _text\n"
+                                     + ("ffffffff82000000 T ip_auto_config_setup\n" if ip_pnp else ""))
     (out / "bzImage").write_bytes(b"MZ fake kernel " * 1000)
     (out / "initramfs.cpio").write_bytes(b"070701 fake initramfs " * 500)
     (out / "manifest.json").write_text(json.dumps({
         "config": config, "app": "hello", "kernel_release": "6.1.192-ukl", "kernel_key": "0",
-        "linux_version": "6.1.192-2", "vmlinux": "kernels/none/vmlinux", "userspace": userspace, "schema": 2,
+        "linux_version": "6.1.192-2", "vmlinux": str(kdir / "vmlinux"), "userspace": userspace, "schema": 2,
         "args": args or [], "forwards": forwards or [], "recipe": recipe}))
     return out
 
@@ -114,11 +121,14 @@ def test_a_server_starts_as_pid_1_where_the_image_allows(tmp_path):
     batch = fake_image(tmp_path, name="batch")
     linux = fake_image(tmp_path, forwards=[[80, 80]], config="linux", name="linux")
     shell = fake_image(tmp_path, forwards=[[80, 80]], userspace=True, name="shell")
-    for out in (batch, linux, shell):
+    old = fake_image(tmp_path, forwards=[[80, 80]], ip_pnp=False, name="old")          # a kernel without IP_PNP
+    spaced = fake_image(tmp_path, args=["--greeting", "hi there"], forwards=[[80, 80]], name="spaced")
+    for out in (batch, linux, shell, old, spaced):
         assert json.loads(ocipkg.build(out).config.data)["config"]["Entrypoint"] == ["/init"], out
     assert json.loads(ocipkg.build(batch, start="pid1").config.data)["config"]["Entrypoint"] == ["/ukl/hello"]
     assert json.loads(ocipkg.build(server, start="init").config.data)["config"]["Entrypoint"] == ["/init"]
-    for out, why in ((linux, "where the application is an ordinary program"), (shell, "carries a userspace")):
+    for out, why in ((linux, "where the application is an ordinary program"), (shell, "carries a userspace"),
+                     (old, "cannot configure eth0"), (spaced, "an argument has a blank")):
         res = ukl("pkg", out, "--oci", tmp_path / "x.tar", "--start", "pid1")
         assert res.returncode == 2 and why in res.stdout and "Traceback" not in res.stdout, res.stdout
     assert not (tmp_path / "x.tar").exists()
@@ -140,7 +150,7 @@ def test_the_same_outdir_gives_the_same_bytes(tmp_path):
 
 def test_skopeo_and_umoci_read_it(tmp_path):
     skopeo, umoci = need("skopeo"), need("umoci")
-    out = fake_image(tmp_path, args=["--greeting", "hi there"], forwards=[[8080, 80]])
+    out = fake_image(tmp_path, args=["--greeting", "hi"], forwards=[[8080, 80]])
     target = tmp_path / "img.tar"
     pkg = ocipkg.package(out, target, "localhost/ukl/hello:1.0")
     res = subprocess.run([skopeo, "inspect", f"oci-archive:{target}"], capture_output=True, text=True, check=True)
@@ -150,7 +160,7 @@ def test_skopeo_and_umoci_read_it(tmp_path):
     res = subprocess.run([skopeo, "inspect", "--config", f"oci-archive:{target}"], capture_output=True, text=True,
                          check=True)
     cfg = json.loads(res.stdout)["config"]
-    assert cfg["Entrypoint"] == ["/ukl/hello"] and cfg["Cmd"] == ["--greeting", "hi there"]  # a server: PID 1
+    assert cfg["Entrypoint"] == ["/ukl/hello"] and cfg["Cmd"] == ["--greeting", "hi"]  # a server: PID 1
     assert cfg["ExposedPorts"] == {"80/tcp": {}}
     # umoci unpacks it (and checks every digest) into a runtime bundle
     layout = tmp_path / "layout"
@@ -167,7 +177,7 @@ def test_skopeo_and_umoci_read_it(tmp_path):
     assert ocipkg.decode(urunc)["com.urunc.unikernel.binary"] == "/ukl/bzImage"
     assert ocipkg.decode(urunc) == pkg.urunc
     spec = json.loads((bundle / "config.json").read_text())
-    assert spec["process"]["args"] == ["/ukl/hello", "--greeting", "hi there"]
+    assert spec["process"]["args"] == ["/ukl/hello", "--greeting", "hi"]
 
 
 def test_bad_input_is_a_clear_error_and_leaves_nothing(tmp_path):

@@ -80,3 +80,11 @@ def test_the_call_span_is_read_from_the_disassembly(tmp_path):
     text = subprocess.run(["objdump", "-d", "--disassemble=caller", exe], capture_output=True, text=True).stdout
     assert f"{end:x}:" in text
     assert peerbench._call_span(exe, "main", "callee") is None   # main calls caller, not callee
+
+
+def test_peers_and_pid1_are_checked_before_any_work(tmp_path):
+    res = ukl("bench", "boot", "--from-json", tmp_path / "a.json", "--peers", "unikraft-hello")
+    assert res.returncode == 2 and "--peers boots images" in res.stdout and "Traceback" not in res.stdout
+    # every configuration is checked before any suite runs (base's would run first)
+    res = ukl("apptest", "redis", "--configs", "base,linux", "--pid1")
+    assert res.returncode == 2 and "--pid1 with 'linux'" in res.stdout and "Traceback" not in res.stdout

@@ -4,9 +4,11 @@ around the ring over TCP); a failing node stops the others."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -117,6 +119,13 @@ def test_nothing_is_written_through_a_link_in_the_log_directory(tmp_path, monkey
     (tmp_path / "dirs" / "node0.log").mkdir()
     with pytest.raises(UklError, match="node0.log exists and is not a regular file"):
         cluster_mod.run(tmp_path / "image", 3, tmp_path / "dirs", [], [])
+    # `ukl run` writes a node's command file into the image's directory
+    image = tmp_path / "image-with-link"
+    image.mkdir()
+    (image / "node1.cmd").symlink_to(target)
+    with pytest.raises(UklError, match=rf"{image / 'node1.cmd'} is a symbolic link"):
+        cluster_mod.run(image, 3, tmp_path / "logs-clean", [], [])
+    assert target.read_text() == "keep me\n"
     # an ordinary earlier log is no reason to refuse: the run goes on to its network
     (tmp_path / "dirs" / "node0.log").rmdir()
     (tmp_path / "dirs" / "node0.log").write_text("an earlier run\n")
@@ -169,22 +178,98 @@ def test_a_killed_clusters_network_is_removed_by_the_next_cluster(tmp_path):
     assert left not in namespaces()
 
 
-def test_namespaces_left_by_a_killed_cluster_are_removed_by_the_next(capsys):
-    """`ukl cluster` killed with SIGKILL cannot remove its namespace: the
-    next private network removes it (its ukl-PID-N process has ended),
-    and keeps one whose process still runs."""
-    gone = subprocess.Popen(["true"])
-    gone.wait()
-    stale, alive = f"ukl-{gone.pid}-0", f"ukl-{os.getpid()}-999"
-    for name in (stale, alive):
-        for cmd in netns.bridge_commands(name, 2):   # as a cluster of two made it
-            subprocess.run(cmd, check=True)
-    try:
-        with netns.private_network(bridged=2) as ns:
-            assert stale not in namespaces() and {alive, ns.name} <= namespaces()
-        assert f"removed network namespace {stale}, left by ukl process {gone.pid}" in capsys.readouterr().err
-        assert alive in namespaces() and ns.name not in namespaces()
-    finally:
-        for name in (stale, alive):
+def make_namespace(name: str, owner: netns.Owner | None) -> None:
+    """Namespace NAME as a cluster of two made it, with OWNER's marker (None: none)."""
+    for cmd in netns.bridge_commands(name, 2):
+        subprocess.run(cmd, check=True)
+    if owner is not None:
+        with netns.markers() as d:
+            assert netns.mark(d, name, owner)
+
+
+def remove_namespaces(names) -> None:
+    with netns.markers() as d:
+        for name in names:
             if name in namespaces():
                 subprocess.run(["ip", "netns", "del", name], check=True)
+            netns.unmark(d, name)
+
+
+def owner_of(name: str) -> netns.Owner | None:
+    with netns.markers() as d:
+        return netns.owner_of(d, name)
+
+
+def test_namespaces_left_by_a_killed_cluster_are_removed_by_the_next(capsys):
+    """`ukl cluster` killed with SIGKILL cannot remove its namespace: the
+    next private network removes it (its marker says it was made in this
+    PID namespace by a process that has ended, whether its PID is free or
+    another process's now), and keeps one whose process still runs, one
+    made in another PID namespace and one without a marker."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    me = netns.this_process()
+    stale = {f"ukl-{gone.pid}-0": netns.Owner(gone.pid, 1, me.pidns),
+             f"ukl-{me.pid}-998": netns.Owner(me.pid, me.start + 1, me.pidns)}   # PID reused: this one's now
+    kept = {f"ukl-{me.pid}-999": me,
+            f"ukl-{gone.pid}-1": netns.Owner(gone.pid, 1, (me.pidns[0], me.pidns[1] + 1)),
+            f"ukl-{gone.pid}-2": None}
+    try:
+        for name, owner in (stale | kept).items():
+            make_namespace(name, owner)
+        with netns.private_network(bridged=2) as ns:
+            assert not set(stale) & namespaces() and {*kept, ns.name} <= namespaces()
+            assert owner_of(ns.name) == me
+        err = capsys.readouterr().err
+        for name in stale:
+            assert f"removed network namespace {name}, left by ukl process {name.split('-')[1]}" in err
+            assert owner_of(name) is None
+        assert set(kept) <= namespaces() and ns.name not in namespaces() and owner_of(ns.name) is None
+        assert [owner_of(name) for name in kept] == list(kept.values())
+    finally:
+        remove_namespaces([*stale, *kept])
+
+
+def test_a_ukl_in_another_pid_namespace_keeps_this_ones_namespaces():
+    """A ukl in a container that shares the host's /run/netns (and here its
+    /run/ukl) but not its PID namespace sees none of the host's processes:
+    it removes neither a running ukl's namespace nor one a killed one left."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    me = netns.this_process()
+    names = {f"ukl-{me.pid}-999": me, f"ukl-{gone.pid}-0": netns.Owner(gone.pid, 1, me.pidns)}
+    try:
+        for name, owner in names.items():
+            make_namespace(name, owner)
+        res = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
+                              "from ukltool.run import netns; print(netns.remove_stale())"],
+                             capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "PYTHONPATH": str(REPO / "tools")})
+        assert (res.returncode, res.stdout) == (0, "[]\n"), res.stderr
+        assert set(names) <= namespaces()
+        assert [owner_of(name) for name in names] == list(names.values())
+    finally:
+        remove_namespaces(names)
+
+
+def test_a_namespace_name_in_use_is_passed_over_unless_it_is_stale(monkeypatch):
+    """This process's PID was a killed ukl's: ukl-PID-N exists already.
+    Without a marker (another PID namespace's ukl, or an older one), the
+    next N is taken; marked by a process of this PID namespace that has
+    ended, it is removed and taken."""
+    me = netns.this_process()
+    n = 1000
+    other, reused = f"ukl-{me.pid}-{n}", f"ukl-{me.pid}-{n + 1}"
+    monkeypatch.setattr(netns, "_serial", itertools.count(n))
+    monkeypatch.setattr(netns, "remove_stale", lambda: [])   # the claim's own judgement
+    try:
+        make_namespace(other, None)
+        make_namespace(reused, netns.Owner(me.pid, me.start + 1, me.pidns))
+        with netns.private_network() as ns:
+            assert ns.name == reused and owner_of(reused) == me
+            assert other in namespaces() and owner_of(other) is None
+            tap = subprocess.run(ns.exec(["ip", "-o", "link", "show"]), capture_output=True, text=True).stdout
+            assert netns.TAP in tap and netns.BRIDGE not in tap   # made afresh, not the killed cluster's
+        assert reused not in namespaces() and other in namespaces()
+    finally:
+        remove_namespaces([other, reused])

@@ -136,6 +136,14 @@ def use_tap(network: str) -> bool:
     return network == "auto" and netns.unavailable() is None
 
 
+def check_config(config: str, pid1: bool) -> None:
+    """CONFIG is a configuration (or profile) apptest can run, with PID1 a UKL one."""
+    kernel.fragments(config)
+    if pid1 and not kernel.is_ukl(config):
+        raise UklError(f"--pid1 with '{config}': the application is PID 1 only under UKL configurations",
+                       "leave out --pid1 for linux configurations, or run them apart")
+
+
 def run(name: str, config: str, run_all: bool, timeout: float, units: list[str] | None = None,
         network: str = "auto", pid1: bool = False) -> Outcome:
     """PID1: the kernel starts the server as PID 1 and configures its
@@ -145,10 +153,7 @@ def run(name: str, config: str, run_all: bool, timeout: float, units: list[str] 
     if t is None:
         raise UklError(f"apps/{name}/recipe.toml has no [tests] section",
                        "apptest suites: " + ", ".join(n for n in recipes.names() if recipes.load(n).tests))
-    kernel.fragments(config)
-    if pid1 and not kernel.is_ukl(config):
-        raise UklError(f"--pid1 with '{config}': the application is PID 1 only under UKL configurations",
-                       "leave out --pid1 for linux configurations")
+    check_config(config, pid1)
     out = cache_dir() / "apptest" / f"{name}-{config}"
     outcome = Outcome(config, log=out / "suite.log", pid1=pid1)
     # one run at a time per image directory: its image, logs and console

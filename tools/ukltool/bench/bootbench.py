@@ -86,7 +86,8 @@ BOOTS = {
     "microvm-direct": Boot("microvm", True, None,
                            "-M microvm, vmlinux through its PVH entry: qboot, no PCI, no decompression"),
     "microvm-direct-pid1": Boot("microvm", True, None, "microvm-direct, and the kernel starts the application "
-                                "as PID 1: no init program (UKL configurations, applications without network)",
+                                "as PID 1: no init program (UKL configurations; a server is timed to main(), "
+                                "where the run ends)",
                                 pid1=True),
     "microvm-direct-bare": Boot("microvm", True, None, "microvm-direct-pid1 with no initramfs: the VMM loads "
                                 "the kernel alone and the kernel makes the application's file (ukl.init=); "
@@ -520,19 +521,35 @@ def boot_once(outdir: Path, man: image.Manifest, icount: bool, memory: int, time
 # The kernel's boot line (mm/page_alloc.c, mem_init_print_info()), with -v
 MEMORY_LINE = re.compile(r"Memory: (\d+)K/(\d+)K available \((\d+)K kernel code, (\d+)K rwdata, (\d+)K rodata, "
                          r"(\d+)K init, (\d+)K bss, (\d+)K reserved, (\d+)K cma-reserved\)")
-STRUCT_PAGE_BYTES = 64      # sizeof(struct page) on x86-64 (without debug options that grow it)
-MEMORY_PARTS = ("firmware, holes", "kernel code", "rodata", "rwdata", "bss", "init (freed)", "struct pages",
-                "other reserved", "slab", "page tables", "kernel stacks", "per-CPU", "root fs files",
-                "app anonymous", "page cache", "other", "free")
+# x86-64's vmemmap maps struct pages in 2 MiB blocks, one for each 128 MiB
+# section of memory (64-byte struct pages for 32,768 pages)
+VMEMMAP_SECTION_KIB, VMEMMAP_BLOCK_KIB = 128 * 1024, 2048
+MEMORY_PARTS = ("firmware, holes", "kernel code", "rodata", "rwdata", "bss", "struct pages", "other reserved",
+                "slab", "page tables", "kernel stacks", "root fs files", "page cache", "app anonymous", "other",
+                "free")
+FREED_PAD = re.compile(r"Freeing unused kernel image \(UKL bss padding\) memory: (\d+)K")
+
+
+def oci_layer_bytes(outdir: Path) -> int | None:
+    """The bytes of the layer `ukl pkg --oci` ships for OUTDIR; None for an
+    image ukl pkg refuses (arguments urunc cannot pass)."""
+    try:
+        return len(ocipkg.build(outdir, warn=False).layer.data)
+    except UklError:
+        return None
 
 
 def memory_breakdown(console: str, memory_mib: int) -> dict[str, int]:
-    """Where a boot's memory (-m MEMORY_MIB) went, in KiB, from the
-    guest's own accounting: the kernel's "Memory:" line at boot (the
-    kernel image, and memblock's reservations: struct pages, early page
-    tables, the initramfs archive until it is freed, ...) and init's
-    /proc/meminfo where the application's memory is at its height
-    (ukl_meminfo=1). {} where either is missing."""
+    """Where a boot's memory (-m MEMORY_MIB) went, in KiB, parts that add
+    up to it exactly: what the firmware keeps (-m less the kernel's present
+    pages); what stays reserved (present pages less MemTotal at the
+    application's height): the kernel image as the kernel's "Memory:" boot
+    line counts it (less the UKL bss padding it frees), struct pages, and
+    the rest of memblock's reservations; and MemTotal, from init's
+    /proc/meminfo (ukl_meminfo=1), by use. What the kernel frees after
+    boot (its init sections, the gaps between its sections, the initramfs
+    archive) is in MemTotal by then. Also "app peak RSS" where init saw
+    the application end (outside the sum). {} where either is missing."""
     m = MEMORY_LINE.search(console)
     info = {}
     for line in console.splitlines():
@@ -541,25 +558,28 @@ def memory_breakdown(console: str, memory_mib: int) -> dict[str, int]:
             info[found.group(1)] = int(found.group(2))
     if m is None or "MemTotal" not in info:
         return {}
-    _avail, present, code, rwdata, rodata, init, bss, reserved, _cma = (int(g) for g in m.groups())
-    struct_pages = present // 4 * STRUCT_PAGE_BYTES // 1024
-    image = code + rwdata + rodata + init + bss
-    slab = info.get("Slab", 0)
-    shmem = info.get("Shmem", 0)
-    cache = max(0, info.get("Cached", 0) - shmem) + info.get("Buffers", 0)
-    parts = {"firmware, holes": memory_mib * 1024 - present, "kernel code": code, "rodata": rodata, "rwdata": rwdata,
-             "bss": bss, "init (freed)": init, "struct pages": struct_pages,
-             "other reserved": max(0, reserved - image - struct_pages), "slab": slab,
-             "page tables": info.get("PageTables", 0), "kernel stacks": info.get("KernelStack", 0),
-             "per-CPU": info.get("Percpu", 0), "root fs files": shmem, "app anonymous": info.get("AnonPages", 0),
-             "page cache": cache, "free": info.get("MemFree", 0)}
-    # MemTotal: what the kernel manages once its init memory (and the
-    # initramfs archive) are freed; what is not counted above is "other"
-    # (vmalloc, the kernel's other page allocations)
-    counted = sum(parts[k] for k in ("slab", "page tables", "kernel stacks", "per-CPU", "root fs files",
-                                     "app anonymous", "page cache", "free"))
-    parts["other"] = max(0, info["MemTotal"] - counted - init)
-    return {k: parts[k] for k in MEMORY_PARTS}
+    _avail, present, code, rwdata, rodata, _init, bss, _reserved, _cma = (int(g) for g in m.groups())
+    pad = sum(int(x) for x in FREED_PAD.findall(console))
+    total = info["MemTotal"]
+    struct_pages = -(-present // VMEMMAP_SECTION_KIB) * VMEMMAP_BLOCK_KIB
+    kept = present - total
+    bss_kept = max(0, bss - pad)
+    # ramfs (a kernel without TMPFS) keeps its files as unevictable page
+    # cache, tmpfs as Shmem
+    rootfs = info.get("Shmem", 0) or info.get("Unevictable", 0)
+    cache = max(0, info.get("Cached", 0) + info.get("Buffers", 0) - rootfs)
+    parts = {"firmware, holes": memory_mib * 1024 - present, "kernel code": code, "rodata": rodata,
+             "rwdata": rwdata, "bss": bss_kept, "struct pages": struct_pages,
+             "other reserved": kept - (code + rodata + rwdata + bss_kept + struct_pages),
+             "slab": info.get("Slab", 0), "page tables": info.get("PageTables", 0),
+             "kernel stacks": info.get("KernelStack", 0), "root fs files": rootfs, "page cache": cache,
+             "app anonymous": info.get("AnonPages", 0), "free": info.get("MemFree", 0)}
+    parts["other"] = total - sum(parts[k] for k in ("slab", "page tables", "kernel stacks", "root fs files",
+                                                    "page cache", "app anonymous", "free"))
+    out = {k: parts[k] for k in MEMORY_PARTS}
+    if "AppPeakRSS" in info:
+        out["app peak RSS"] = info["AppPeakRSS"]
+    return out
 
 
 def memory_boot(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: int, how: Boot) -> dict[str, int]:
@@ -727,7 +747,7 @@ def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, 
         config = man.config
         compressed = bzimage.compression((out / "bzImage").read_bytes(), str(out / "bzImage"))
         sizes = image_sizes(out, man.vmlinux_path())
-        oci_layer = len(ocipkg.build(out).layer.data)
+        oci_layer = oci_layer_bytes(out)
         if how.direct:
             # What the VMM loads: the uncompressed kernel's segments, and the initramfs
             elf = bzimage.direct_kernel((out / "bzImage").read_bytes(), str(out / "bzImage"))[0]
@@ -964,19 +984,24 @@ def memory_section(report: Report) -> list[str]:
         return []
     out = ["", "## Where the least memory goes", "",
            "One more boot at each image's least memory, with the kernel's messages (`-v`) and init's "
-           "`/proc/meminfo` (`ukl_meminfo=1`) where the application's memory is at its height: after a server's "
-           "first answer, else when the program has ended. In MiB of the `-m` given: what the firmware keeps "
-           "and the holes it leaves; the kernel image (code, rodata, rwdata, bss, and init, freed after boot) and "
-           "the rest memblock reserved at boot (struct pages, at 64 bytes for each 4 KiB page, then the early "
-           "page tables, the initramfs archive until it is unpacked and freed, ...) from the kernel's `Memory:` "
-           "line; then from `/proc/meminfo`: slab, page tables, kernel stacks, per-CPU areas, the files of the "
-           "root file system (`Shmem`: the unpacked initramfs, /tmp), the application's anonymous memory, the page "
-           "cache, what the kernel allocated otherwise (MemTotal less all the rest), and what is free.", "",
-           "| app | config | boot | -m MiB | " + " | ".join(MEMORY_PARTS) + " |",
-           "|---|---|---|---|" + "---:|" * len(MEMORY_PARTS)]
+           "`/proc/meminfo` (`ukl_meminfo=1`): after a server's first answer, else when the program has ended. "
+           "In MiB, parts that add up to the `-m` given: what the firmware keeps (and the holes it leaves); what "
+           "stays reserved, the present memory less MemTotal: the kernel image as the kernel's `Memory:` line "
+           "counts it (code, rodata, rwdata, bss less the UKL padding it frees), struct pages (x86-64's vmemmap: "
+           "a 2 MiB block for each 128 MiB section), and the rest of memblock's reservations (early page tables, "
+           "the first per-CPU chunk, ...); then MemTotal by use: slab, page tables, kernel stacks, the root file "
+           "system's files (the unpacked initramfs, /tmp), the page cache, the application's anonymous memory "
+           "(a server's, while it runs; a program's is gone when it has ended), what the kernel allocated "
+           "otherwise, and what is free. What the kernel frees after boot (its init sections, the gaps between "
+           "its sections, the initramfs archive) is in MemTotal by then. The application's peak resident set "
+           "(`wait4()`'s ru_maxrss, for a program) is beside them.", "",
+           "| app | config | boot | -m MiB | " + " | ".join(MEMORY_PARTS) + " | app peak RSS |",
+           "|---|---|---|---|" + "---:|" * (len(MEMORY_PARTS) + 1)]
     for r in rows:
+        peak = r.memory_kib.get("app peak RSS")
         out.append(f"| {r.app} | {r.config} | {r.boot} | {r.min_memory_mib} | "
-                   + " | ".join(f"{r.memory_kib.get(p, 0) / 1024:.1f}" for p in MEMORY_PARTS) + " |")
+                   + " | ".join(f"{r.memory_kib.get(p, 0) / 1024:.1f}" for p in MEMORY_PARTS)
+                   + f" | {'-' if peak is None else f'{peak / 1024:.1f}'} |")
     return out
 
 

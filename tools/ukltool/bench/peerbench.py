@@ -38,7 +38,7 @@ from ukltool.bench import bootbench
 from ukltool.build import initramfs
 from ukltool.linux import bzimage, kernel
 from ukltool.plugin import insnclass
-from ukltool.run import vm
+from ukltool.run import hosttsc, vm
 from ukltool.source import sources
 from ukltool.util import lock, ui
 from ukltool.util.errors import UklError
@@ -87,10 +87,14 @@ def _load() -> dict[str, PeerSpec]:
 
 
 def check(chosen: list[str]) -> list[PeerSpec]:
+    """The peers named, each known and with its pinned inputs at hand."""
     known = _load()
     bad = [n for n in chosen if n not in known]
     if bad:
         raise UklError(f"--peers: unknown peer(s): {', '.join(bad)}", f"choose from {', '.join(known)}")
+    for n in chosen:
+        for role in known[n].files:
+            _shared(known[n], role)
     return [known[n] for n in chosen]
 
 
@@ -132,22 +136,28 @@ def _pristine_tree() -> Path:
     once into the cache: stock Linux, no UKL patch."""
     src, tree = sources.linux_tree()
     out = cache_dir() / "peers" / f"linux-{src.version}-pristine"
-    if (out / "Makefile").is_file():
-        return out
-    with lock.held(kernel.TREE_LOCK, "the kernel tree"), ui.step(f"exporting stock Linux {src.version} (no UKL patch)"):
-        tmp = out.with_name(out.name + ".partial")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        archive = subprocess.Popen(["git", "-C", str(tree), "archive", "--format=tar", "pristine"],
-                                   stdout=subprocess.PIPE)
-        res = subprocess.run(["tar", "-x", "-C", str(tmp)], stdin=archive.stdout, capture_output=True)
-        if archive.stdout:
-            archive.stdout.close()
-        if archive.wait() != 0 or res.returncode != 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise UklError(f"cannot export the tag 'pristine' of {tree}", "run `./ukl kernel tree` to remake it")
-        tmp.rename(out)
+    with lock.held(kernel.TREE_LOCK, "the kernel tree"):
+        if not (out / "Makefile").is_file():
+            with ui.step(f"exporting stock Linux {src.version} (no UKL patch)"):
+                _export_pristine(tree, out)
     return out
+
+
+def _export_pristine(tree: Path, out: Path) -> None:
+    """`git archive` of the tag `pristine` of TREE, unpacked into OUT."""
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    archive = subprocess.Popen(["git", "-C", str(tree), "archive", "--format=tar", "pristine"],
+                               stdout=subprocess.PIPE)
+    res = subprocess.run(["tar", "-x", "-C", str(tmp)], stdin=archive.stdout, capture_output=True)
+    if archive.stdout:
+        archive.stdout.close()
+    if archive.wait() != 0 or res.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise UklError(f"cannot export the tag 'pristine' of {tree}", "run `./ukl kernel tree` to remake it")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
 
 
 def _build_firecracker_linux(tree: Path, config: Path, key: str, out: Path) -> None:
@@ -177,7 +187,7 @@ def _build_firecracker_linux(tree: Path, config: Path, key: str, out: Path) -> N
 def firecracker_linux(spec: PeerSpec) -> PeerImage:
     config = _shared(spec, "config")
     tree = _pristine_tree()
-    key = sources.sha256_file(config)[:16]
+    key = hashlib.sha256((sources.sha256_file(config) + tree.name).encode()).hexdigest()[:16]
     out = cache_dir() / "peers" / f"firecracker-linux-{key}"
     hello = cached_host_build(cache_dir() / "peers", "hello-init", "", [HELLO_SOURCE], ["-O2", "-static"],
                               "the peer's hello", "guest/peers/ belongs to the ukl checkout",
@@ -212,21 +222,9 @@ def unikraft_hello(spec: PeerSpec) -> PeerImage:
     root = cache_dir() / "peers" / f"unikraft-{key}"
     build = root / "build"
     image = build / "helloworld_qemu-x86_64"
-    if not image.is_file():
-        shutil.rmtree(root, ignore_errors=True)
-        root.mkdir(parents=True)
-        for tar in (core_tar, app_tar):
-            run(["tar", "-xJf", tar, "-C", root], what=f"unpacking {tar.name}")
-        core = next(root.glob("unikraft-*"))
-        app = next(root.glob("app-helloworld-*"))
-        defconfig = root / "qemu-x86_64.defconfig"
-        defconfig.write_text((app / "defconfigs" / "qemu-x86_64").read_text() + "".join(
-            f"{line}\n" for line in spec.defconfig_extra))
-        args = ["make", "-C", str(core), f"A={app}", "L=", f"O={build}", f"C={build / '.config'}"]
-        run([*args, f"UK_DEFCONFIG={defconfig}", "defconfig"], what="configuring Unikraft's helloworld")
-        with ui.step("building Unikraft's helloworld") as st:
-            stream([*args, f"-j{os.cpu_count() or 2}", "HOSTUTC=2024-01-01T00:00:00+00:00"], root / "build.log",
-                   kernel.make_progress(st), what="Unikraft's helloworld build", hint=f"see {root / 'build.log'}")
+    with lock.held(f"peer-unikraft-{key}", "the build of Unikraft's helloworld"):
+        if not image.is_file():
+            _build_unikraft(spec, core_tar, app_tar, root)
     dbg = build / "helloworld_qemu-x86_64.dbg"
     entry = bootbench.symbol_address(dbg, "_multiboot_entry")
     main = bootbench.symbol_address(dbg, "main")
@@ -236,6 +234,29 @@ def unikraft_hello(spec: PeerSpec) -> PeerImage:
                      "none", calibration=_call_span(dbg, "ukplat_time_init", "tscclock_init"),
                      avoidable="its TSC calibration, a 100 ms busy wait on the PIT that it skips where the "
                      "hypervisor gives the TSC's frequency (CPUID 0x40000010, under KVM)")
+
+
+def _build_unikraft(spec: PeerSpec, core_tar: Path, app_tar: Path, root: Path) -> None:
+    """Unpack Unikraft's core and helloworld into ROOT (afresh) and build
+    the application for QEMU x86-64 from its defconfig and the spec's
+    extra lines, with a fixed build date (the same image every time)."""
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    for tar in (core_tar, app_tar):
+        run(["tar", "-xJf", tar, "-C", root], what=f"unpacking {tar.name}")
+    core, app = next(root.glob("unikraft-*"), None), next(root.glob("app-helloworld-*"), None)
+    if core is None or app is None:
+        raise UklError(f"{core_tar.name} and {app_tar.name} did not unpack into unikraft-* and app-helloworld-*",
+                       f"check the inputs pinned in {PEERS_FILE.name}")
+    build = root / "build"
+    defconfig = root / "qemu-x86_64.defconfig"
+    defconfig.write_text((app / "defconfigs" / "qemu-x86_64").read_text() + "".join(
+        f"{line}\n" for line in spec.defconfig_extra))
+    args = ["make", "-C", str(core), f"A={app}", "L=", f"O={build}", f"C={build / '.config'}"]
+    run([*args, f"UK_DEFCONFIG={defconfig}", "defconfig"], what="configuring Unikraft's helloworld")
+    with ui.step("building Unikraft's helloworld") as st:
+        stream([*args, f"-j{os.cpu_count() or 2}", "HOSTUTC=2024-01-01T00:00:00+00:00"], root / "build.log",
+               kernel.make_progress(st), what="Unikraft's helloworld build", hint=f"see {root / 'build.log'}")
 
 
 def _call_span(elf: Path, caller: str, callee: str) -> tuple[int, int] | None:
@@ -259,10 +280,15 @@ BUILDERS: dict[str, Callable[[PeerSpec], PeerImage]] = {
 # ---- running one ----
 
 def qemu_command(img: PeerImage, memory: int, icount: bool, plugin: str | None) -> list[str]:
+    append = list(img.append)
+    if append and img.machine == "microvm" and not icount:
+        # as `ukl run` does (vm.microvm_tcg_args): microvm's PIT calibration hangs on a busy host
+        khz = hosttsc.host_tsc_khz()
+        append += [f"tsc_early_khz={khz}"] if khz else []
     cmd = [need_tool("qemu-system-x86_64", "qemu-system-x86"), "-nodefaults", "-no-user-config", "-display", "none",
            "-no-reboot", "-M", img.machine, "-m", f"{memory}M", "-smp", "1", "-kernel", str(img.kernel),
            *(["-initrd", str(img.initrd)] if img.initrd else []),
-           *(["-append", " ".join(img.append)] if img.append else []),
+           *(["-append", " ".join(append)] if append else []),
            "-serial", "stdio", "-device", vm.DEBUG_EXIT, "-accel", "tcg", "-cpu", "max"]
     if icount:
         cmd += ["-icount", "shift=0,sleep=off", "-seed", vm.ICOUNT_SEED, "-rtc", f"base={vm.ICOUNT_DATE},clock=vm"]
@@ -311,6 +337,13 @@ def boot(img: PeerImage, memory: int, icount: bool, log: Path, timeout: float,
 def measure(spec: PeerSpec, icount: bool, memory: int, mem_range: tuple[int, int] | None, steps: int,
             timeout: float) -> bootbench.Row:
     img = BUILDERS[spec.name](spec)
+    # two benchmarks at once take turns on a peer's work directory
+    with lock.held(f"bench-boot-peer-{spec.name}", f"the boot benchmark of the peer {spec.name}"):
+        return _measure(spec, img, icount, memory, mem_range, steps, timeout)
+
+
+def _measure(spec: PeerSpec, img: PeerImage, icount: bool, memory: int, mem_range: tuple[int, int] | None,
+             steps: int, timeout: float) -> bootbench.Row:
     work = cache_dir() / "bench" / "boot" / f"peer-{spec.name}"
     work.mkdir(parents=True, exist_ok=True)
     report = work / "points.json"

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ukltool.build import app, cc, initramfs, project, protocol
-from ukltool.linux import kernel
+from ukltool.linux import bzimage, kernel
 from ukltool.source import sources
 from ukltool.util.errors import UklError
 from ukltool.util.paths import GUEST_DIR, cache_dir
@@ -87,6 +87,9 @@ def add_userspace(spec: initramfs.Spec, perf: bool = False) -> None:
         spec.file(str(lib), real, "0755")
 
 
+TEST_LAYER_FORMAT = 1   # the layer's name changes with what add_userspace() puts in it
+
+
 def test_layer() -> Path:
     """The test layer: busybox and its applets in an archive of their own,
     made once per busybox (in the cache). `ukl run --sh`, smoke tests and
@@ -96,7 +99,7 @@ def test_layer() -> Path:
         raise UklError(f"{BUSYBOX} is missing: the test layer (a shell and tools for checks) is made from it",
                        "install busybox-static (`make demo` does)")
     digest = hashlib.sha256(BUSYBOX.read_bytes()).hexdigest()[:16]
-    out = cache_dir() / "layers" / f"test-busybox-{digest}.cpio"
+    out = cache_dir() / "layers" / f"test-busybox-v{TEST_LAYER_FORMAT}-{digest}.cpio"
     if out.is_file():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -364,9 +367,20 @@ def has_network_device(man: Manifest) -> bool:
     return kernel_has(man, "virtnet_probe")
 
 
-def configures_ip(man: Manifest) -> bool:
-    """Does the image's kernel configure eth0 itself from ip= (IP_PNP)?"""
-    return kernel_has(man, "ip_auto_config_setup")
+def configures_ip(outdir: Path, man: Manifest) -> bool:
+    """Does the image's kernel configure eth0 itself from ip= (IP_PNP)?
+    From its System.map, or where that is gone (a cleaned cache, an image
+    copied from elsewhere) from the kernel in the bzImage, whose messages
+    name IP-Config; False where neither can tell."""
+    smap = man.vmlinux_path().parent / "System.map"
+    try:
+        return re.search(r" ip_auto_config_setup$", smap.read_text(), re.M) is not None
+    except OSError:
+        pass
+    try:
+        return b"IP-Config: " in bzimage.payload((outdir / "bzImage").read_bytes(), str(outdir / "bzImage"))
+    except (OSError, UklError):
+        return False
 
 
 def has_block_device(man: Manifest) -> bool:

@@ -51,6 +51,8 @@ def cmd_apptest(a: argparse.Namespace) -> int:
     if a.from_json:
         outcomes = apptest.load_json(a.from_json)
     else:
+        for c in configs:   # every configuration checked before any suite runs
+            apptest.check_config(c, a.pid1)
         outcomes = [apptest.run(a.name, c, a.all, a.timeout, a.units, a.network, a.pid1) for c in configs]
     verdicts = list(outcomes[0].counts) if outcomes else []
     table = Table("configuration", *verdicts, "finished", title=f"{a.name}: tests against the application")

@@ -231,9 +231,10 @@ def write_reports(a: argparse.Namespace, save_json: Callable[[Path], None], plot
 
 def cmd_bench_boot(a: argparse.Namespace) -> int:
     if a.from_json:
-        if a.by_function:
-            raise UklError("--by-function boots the images; it does not apply to --from-json",
-                           "leave out --from-json, or --by-function")
+        if a.by_function or a.peers:
+            opt = "--by-function" if a.by_function else "--peers"
+            raise UklError(f"{opt} boots images; it does not apply to --from-json",
+                           f"leave out --from-json, or {opt}")
         report = bootbench.merge([bootbench.load_json(f) for f in a.from_json])
     else:
         cyclemodel.check_icount(a.icount, None, a.by_function)

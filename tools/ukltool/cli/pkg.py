@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ukltool.build import image
 from ukltool.cli.common import add_command
 from ukltool.run import ocipkg
 from ukltool.util import ui
@@ -42,6 +43,14 @@ def pkg_parser(sub: argparse._SubParsersAction) -> None:
     pk.set_defaults(func=cmd_pkg)
 
 
+def _started(outdir: Path, start: str) -> str:
+    """What the kernel starts in the package, said for the user."""
+    if ocipkg.pid1_start(outdir, image.load(outdir), start):
+        return ("the application as PID 1 (no init: nothing mounted, only /dev/console in /dev, no exit "
+                "status for urunc; --start init keeps init)")
+    return "init, which starts the application"
+
+
 def cmd_pkg(a: argparse.Namespace) -> int:
     if a.oci is None and a.firecracker is None:
         raise UklError("ukl pkg: say what to write", f"for example: ukl pkg {a.outdir} --oci image.tar")
@@ -51,12 +60,11 @@ def cmd_pkg(a: argparse.Namespace) -> int:
                            "run ukl pkg once for each (an OCI image for Firecracker: --oci with "
                            "--hypervisor firecracker)")
         ocipkg.firecracker_dir(a.outdir, a.firecracker, a.start)
-        ui.info(f"wrote {a.firecracker}: run `firecracker --no-api --config-file {ocipkg.FIRECRACKER_CONFIG}` "
-                f"in it with a tap device {ocipkg.FIRECRACKER_TAP} (Firecracker needs KVM)")
+        ui.info(f"wrote {a.firecracker}, starting {_started(a.outdir, a.start)}: run `firecracker --no-api "
+                f"--config-file {ocipkg.FIRECRACKER_CONFIG}` in it with a tap device {ocipkg.FIRECRACKER_TAP} "
+                "(Firecracker needs KVM)")
         return 0
     pkg = ocipkg.package(a.outdir, a.oci, a.tag, a.hypervisor, a.start)
-    started = "the application as PID 1" if pkg.urunc[ocipkg.ANNOT + "cmdline"].split()[0] != ocipkg.INIT \
-        else "init"
-    ui.info(f"wrote {a.oci}: {pkg.reference} ({pkg.manifest.digest}), starting {started}; "
+    ui.info(f"wrote {a.oci}: {pkg.reference} ({pkg.manifest.digest}), starting {_started(a.outdir, a.start)}; "
             f"import it with `ctr image import {a.oci}`")
     return 0

@@ -8,11 +8,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ukltool.apps import recipes
 from ukltool.build import image, initramfs
 from ukltool.cli.cluster import recipe_nodes
 from ukltool.cli.common import add_command, boot_opts, forward_arg, icount_option, option_list, timeout_option
 from ukltool.linux import kernel, profiles
-from ukltool.run import cores, remote, vm
+from ukltool.run import cores, netns, remote, vm
 from ukltool.util import ui
 from ukltool.util.errors import UklError
 
@@ -124,7 +125,7 @@ def check_pid1_run(a: argparse.Namespace, man: image.Manifest, sh: str | None,
                "run it without --pid1")
     elif sh is not None:
         why = ("--sh and --shell need init, which starts the shell", "run it without --pid1")
-    elif (forwards or a.tap) and not image.configures_ip(man):
+    elif (forwards or a.tap) and not image.configures_ip(a.outdir, man):
         why = ("its kernel cannot configure eth0 from ip= (it has no IP_PNP: built before ukl gave it that), "
                "and with no init nothing else does", "rebuild it, or run it without --pid1")
     elif a.remote is not None:
@@ -132,8 +133,14 @@ def check_pid1_run(a: argparse.Namespace, man: image.Manifest, sh: str | None,
     elif a.no_initramfs and man.user_files:
         why = ("it carries files (--file or --overlay) that only its initramfs holds, or it was built before "
                "ukl recorded that", "run it without --no-initramfs, or rebuild it (without the files)")
+    elif a.no_initramfs and man.recipe in recipes.names() and recipes.load(man.recipe).reads_etc:
+        why = (f"its recipe says {man.recipe} reads the image's /etc (reads_etc), which only its initramfs holds",
+               "run it without --no-initramfs")
     if why:
         raise UklError(f"--pid1: {a.outdir}: {why[0]}", why[1])
+    own_ip = [w for w in a.append if w.startswith("ip=")]
+    if forwards and own_ip and not own_ip[-1].startswith(f"ip={netns.GUEST_IP}:"):
+        ui.warn(f"--append {own_ip[-1]}: QEMU forwards the ports to {netns.GUEST_IP}, which eth0 will not have")
 
 
 def cmd_run(a: argparse.Namespace) -> int:

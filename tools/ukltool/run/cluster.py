@@ -122,11 +122,13 @@ def node_log(log_dir: Path, i: int) -> Path:
     return log_dir / f"node{i}.log"
 
 
-def node_files(log_dir: Path, i: int) -> list[Path]:
-    """What node I's `ukl run` writes in LOG_DIR: its console log, and
-    beside it the QEMU command line (LOG's stem + .cmd, run.vm.boot)."""
+def node_files(log_dir: Path, i: int, outdir: Path | None = None) -> list[Path]:
+    """What node I's `ukl run` writes: its console log in LOG_DIR, and its
+    QEMU command line (LOG's stem + .cmd, run.vm.boot) in the image's
+    directory OUTDIR, where `ukl run` puts it (and in LOG_DIR, where
+    an earlier ukl put it)."""
     log = node_log(log_dir, i)
-    return [log, log.with_suffix(".cmd")]
+    return [log, log.with_suffix(".cmd"), *([outdir / f"{log.stem}.cmd"] if outdir is not None else [])]
 
 
 def _refuse_linked_dir(log_dir: Path) -> None:
@@ -137,7 +139,7 @@ def _refuse_linked_dir(log_dir: Path) -> None:
         raise UklError(f"the log directory {log_dir} exists and is not a directory", "name another with --log-dir")
 
 
-def prepare_logs(log_dir: Path, nodes: int) -> None:
+def prepare_logs(log_dir: Path, nodes: int, outdir: Path | None = None) -> None:
     """Make LOG_DIR, and refuse, before any node starts, what would send a
     node's files elsewhere: ukl cluster runs as root, so a symbolic link
     (planted, or left from before) at the directory or at a file a node
@@ -146,7 +148,7 @@ def prepare_logs(log_dir: Path, nodes: int) -> None:
     log_dir.mkdir(parents=True, exist_ok=True)
     _refuse_linked_dir(log_dir)   # one made meanwhile
     for i in range(nodes):
-        for f in node_files(log_dir, i):
+        for f in node_files(log_dir, i, outdir):
             try:
                 st = f.lstat()
             except FileNotFoundError:
@@ -181,7 +183,7 @@ def run(outdir: Path, nodes: int, log_dir: Path, run_args: list[str], app_args: 
     COUNT_TCP: count the TCP segments between the guests."""
     if not 2 <= nodes <= MAX_NODES:
         raise UklError(f"--nodes {nodes}: a cluster has 2 to {MAX_NODES} nodes", "for example --nodes 3")
-    prepare_logs(log_dir, nodes)
+    prepare_logs(log_dir, nodes, outdir)
     if count_tcp:
         need_tool("nft", "nftables")
     need_tool("setpriv", "util-linux")

@@ -10,7 +10,8 @@ root file system; in both places every value is base64-encoded
 (urunc's pkg/unikontainers/config.go decodes each one). urunc's `linux`
 type boots the kernel with `rdinit=ARGV0 -- ARGS`, ARGV0 and ARGS being the
 container's process arguments, so the image's entrypoint is our init
-(/init in the initramfs) and its command the application's arguments.
+(/init in the initramfs), or the application itself as PID 1 (--start),
+and its command the application's arguments.
 
 Reproducible: fixed times, owners and order, gzip without a time stamp,
 so the same OUTDIR gives the same digests."""
@@ -117,26 +118,30 @@ def check_hypervisor(name: str) -> str:
 STARTS = ("auto", "pid1", "init")
 
 
-def pid1_refusal(man: image.Manifest) -> str | None:
-    """Why the kernel cannot start MAN's application as PID 1 in a
+def pid1_refusal(outdir: Path, man: image.Manifest) -> str | None:
+    """Why the kernel cannot start the application of OUTDIR as PID 1 in a
     container (None: it can)."""
     if not kernel.is_ukl(man.config):
         return f"it was built for '{man.config}', where the application is an ordinary program"
     if man.userspace:
         return "it carries a userspace (--userspace), which init runs beside the application"
-    if _ports(man) and not image.configures_ip(man):
+    if _ports(man) and not image.configures_ip(outdir, man):
         return "its kernel cannot configure eth0 from urunc's ip= (no IP_PNP: built before ukl gave it that)"
+    if any(" " in a for a in man.args):
+        # urunc quotes such an argument and the kernel splits it at the
+        # blank; only ukl-init joins the words again
+        return "an argument has a blank, which reaches the application whole only through init"
     return None
 
 
-def pid1_start(man: image.Manifest, start: str) -> bool:
+def pid1_start(outdir: Path, man: image.Manifest, start: str) -> bool:
     """Does the container start the application as PID 1 (no init)? START
     auto: where the image allows it and serves ports (a server, whose
     status nobody waits for: under urunc only init reports a container's
     exit status); pid1 or init: as asked."""
     if start not in STARTS:
         raise UklError(f"--start {start!r}: not one of {', '.join(STARTS)}", "give --start auto, pid1 or init")
-    why = pid1_refusal(man)
+    why = pid1_refusal(outdir, man)
     if start == "pid1" and why:
         raise UklError(f"--start pid1: {why}", "package it with --start init (or auto)")
     return start == "pid1" or (start == "auto" and why is None and bool(_ports(man)))
@@ -287,17 +292,20 @@ def _kernel_bytes(outdir: Path, hypervisor: str) -> bytes:
     return bzimage.direct_kernel(bz.read_bytes(), str(bz))[0]
 
 
-def build(outdir: Path, tag: str | None = None, hypervisor: str = "qemu", start: str = "auto") -> Package:
-    """The archive's parts for the image in OUTDIR; START: see pid1_start()."""
+def build(outdir: Path, tag: str | None = None, hypervisor: str = "qemu", start: str = "auto",
+          warn: bool = True) -> Package:
+    """The archive's parts for the image in OUTDIR; START: see pid1_start();
+    WARN: say what urunc changes in its arguments."""
     man = image.load(outdir)  # refuses what is not a build result
     hypervisor = check_hypervisor(hypervisor)
-    entry = entrypoint(man, pid1_start(man, start))
+    entry = entrypoint(man, pid1_start(outdir, man, start))
     ref = normalize_reference(tag if tag is not None else default_tag(man.app))
     kernel_data = _kernel_bytes(outdir, hypervisor)
     initrd = outdir / "initramfs.cpio"
     has_initrd = initrd.is_file()
     for w in check_urunc_args(list(man.args)):
-        ui.warn(w)
+        if warn:
+            ui.warn(w)
     values = urunc_values(hypervisor, list(man.args), has_initrd, entry)
     encoded = encode(values)
     entries: list[tuple[str, bytes | None, int]] = [("ukl", None, 0o755),
@@ -459,7 +467,7 @@ def firecracker_dir(outdir: Path, target: Path, start: str = "auto") -> Path:
     vmlinux = _kernel_bytes(outdir, "firecracker")
     initrd = outdir / "initramfs.cpio"
     owned = _firecracker_owned(target)
-    fc = firecracker_config(man, initrd.is_file(), pid1_start(man, start))
+    fc = firecracker_config(man, initrd.is_file(), pid1_start(outdir, man, start))
     files: dict[str, bytes] = {"vmlinux": vmlinux, FIRECRACKER_CONFIG: _json(fc)}
     if initrd.is_file():
         files["initramfs.cpio"] = initrd.read_bytes()

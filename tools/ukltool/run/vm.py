@@ -4,12 +4,14 @@ timeouts and kernel-failure detection."""
 from __future__ import annotations
 
 import ctypes
+import errno
 import json
 import os
 import re
 import select
 import shlex
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -377,6 +379,30 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+def write_own_file(path: Path, text: str) -> None:
+    """Write PATH, a file ukl names itself (LOG.cmd beside an image), never
+    through a symbolic link or into a special file: ukl runs as root, and a
+    link planted there would have it overwrite what the link names."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode) and not path.is_symlink():
+            raise UklError(f"{path} is not a regular file: ukl writes its own files only as such",
+                           f"remove it (rm {path})")
+    except FileNotFoundError:
+        pass
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UklError(f"{path} is a symbolic link: ukl does not write its own files through one",
+                           f"remove it (rm {path})") from None
+        raise UklError(f"cannot write {path}: {e.strerror}", "check the directory") from None
+    with os.fdopen(fd, "w") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise UklError(f"{path} is not a regular file: ukl writes its own files only as such",
+                           f"remove it (rm {path})")
+        f.write(text)
+
+
 def stop(proc: subprocess.Popen[bytes], own_group: bool) -> None:
     """Kill QEMU (and its process group, when it has its own) and reap it."""
     if proc.poll() is None:
@@ -494,7 +520,7 @@ def boot(spec: RunSpec) -> RunResult:
                                                            side / "shadow.log", spec.remote_idle_us,
                                                            notify=spec.remote_notify))
             cmd = qemu_command(qemu, spec, accel, initrd, status_file, shadow, kernel_file)
-            (side / f"{spec.log.stem}.cmd").write_text(" ".join(cmd) + "\n")
+            write_own_file(side / f"{spec.log.stem}.cmd", " ".join(cmd) + "\n")
             start = time.monotonic()
             timed_out = False
             with open(spec.log, "wb") as logf:
