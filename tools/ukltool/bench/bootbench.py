@@ -592,12 +592,14 @@ def memory_boot(outdir: Path, man: image.Manifest, t: Target, icount: bool, memo
     return memory_breakdown(log.read_text(errors="replace"), memory)
 
 
-def runs_in(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: int, how: Boot) -> bool:
+def runs_in(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: int, how: Boot,
+            timeout: float | None = None) -> bool:
     """Does the image, as shipped (no test layer), do its work in -m
-    MEMORY? A server answers its readiness probe (init's prober), a
-    program ends with status 0 (its default arguments)."""
+    MEMORY within TIMEOUT (default the smoke test's)? A server answers its
+    readiness probe (init's prober), a program ends with status 0 (its
+    default arguments)."""
     probe = server_probe(t.recipe)
-    timeout = smoke_script(t)[2]
+    timeout = timeout or smoke_script(t)[2]
     log = outdir / f"least-{memory}M.log"
     append = [f"{PROBE_ENV}={probe[0]}:{probe[1].hex()}"] if probe is not None else []
     res = boot_once(outdir, man, icount, memory, timeout, append, None, [], log, how)
@@ -775,10 +777,14 @@ def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, 
             notes.append("least memory not measured: as PID 1 a server has no init to probe it (see its init row)")
         elif mem_range is not None:
             lo, hi = mem_range
+            # A boot without enough memory can hang before the console
+            # (the decompressor, early memblock): each is given 20 times
+            # the measured boot's host time, at least a minute
+            bisect_timeout = max(60.0, 20 * (first.reply_wall_ms or first.wall_ms) / 1000)
             with ui.step(f"bisecting {t.label}'s least memory under '{config}', {boot} ({lo}..{hi} MiB)") as st:
                 def ok(mib: int) -> bool:
                     st.update(f"{mib} MiB")
-                    return runs_in(out, man, t, icount, mib, how)
+                    return runs_in(out, man, t, icount, mib, how, bisect_timeout)
                 least, trials = bisect_memory(ok, lo, hi, steps)
             if least is not None and not how.pid1:
                 with ui.step(f"where {t.label}'s {least} MiB go under '{config}', {boot}"):
