@@ -473,9 +473,13 @@ static void eth0_up(void)
 	if (has_address("eth0"))
 		return;
 	if (!env && slurp("/proc/cmdline", cmdline, sizeof(cmdline)) > 0) {
-		/* an IP_PNP kernel took ip= and did not apply it: say so, apply it here */
-		char *w = strstr(cmdline, " ip=");
+		/* an IP_PNP kernel took ip= and did not apply it: say so, apply it
+		 * here (the kernel's words only: not the application's, after --) */
+		char *w = strstr(cmdline, " -- ");
 
+		if (w)
+			*w = 0;
+		w = strstr(cmdline, " ip=");
 		if (w || !strncmp(cmdline, "ip=", 3)) {
 			w = w ? w + 4 : cmdline + 3;
 			w[strcspn(w, " \n")] = 0;

@@ -230,3 +230,18 @@ def test_qemu_never_outlives_ukl_run(outdir, how, status):
     assert proc.wait(timeout=60) == status
     assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
     assert all(_gone(pid) for pid in qemu), f"QEMU ({qemu}) still runs after {how}"
+
+
+def test_init_applies_an_ip_the_kernel_took_but_did_not(outdir):
+    """An IP_PNP kernel consumes ip= even where it cannot apply it (here:
+    a device it does not have), so init never sees it in its
+    environment; init reads it from /proc/cmdline, says so, and gives
+    eth0 the address (as on a kernel without IP_PNP)."""
+    out = build(REPO / "examples" / "hello" / "hello.c", "base", outdir / "ip-fallback")
+    res = ukl("run", out, "--append", "ip=10.0.3.7::10.0.3.1:255.255.255.0::eth9:off",
+              "--sh", "ip -4 addr show eth0; ip route")
+    assert res.returncode == 0, res.stdout
+    assert "inet 10.0.3.7/24" in res.stdout and "default via 10.0.3.1" in res.stdout, res.stdout
+    console = (out / "console.log").read_text()
+    assert "the kernel did not configure eth0 from ip=10.0.3.7::10.0.3.1" in console
+    assert_clean(out / "console.log")
