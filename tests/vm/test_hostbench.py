@@ -23,6 +23,17 @@ def namespaces() -> set[str]:
     return {line.split()[0] for line in out.splitlines() if line.strip()}
 
 
+def logs_of_the_run() -> str:
+    """The guest's console and the clients' log of each configuration, so
+    that a failure shows them before a later run replaces them (an
+    intermittent hang, docs/dev/testing.md)."""
+    from ukltool.util.paths import cache_dir
+    text = ""
+    for log in sorted(p for p in (cache_dir() / "bench" / "host").glob("redis-*/*.log") if p.name != "build.log"):
+        text += f"\n--- {log} (its end)\n" + log.read_text(errors="replace")[-1500:]
+    return text
+
+
 def test_redis_benchmark_from_the_host(outdir):
     """redis-benchmark, with and without pipelining, against redis-server
     under linux and base: every load completes with a throughput and
@@ -30,7 +41,7 @@ def test_redis_benchmark_from_the_host(outdir):
     before = namespaces()
     out = outdir / "hostbench-redis.json"
     res = ukl("bench", "app", "redis", "--clients", "host", "--configs", "linux,base", "--json", out)
-    assert res.returncode == 0, res.stdout[-3000:]
+    assert res.returncode == 0, res.stdout[-3000:] + logs_of_the_run()
     [rep] = json.loads(out.read_text())
     assert rep["configs"] == ["linux", "base"]
     for config in ("linux", "base"):
