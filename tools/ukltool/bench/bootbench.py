@@ -493,14 +493,17 @@ class Report:
     peers: list[Row] = field(default_factory=list)   # peers built and measured here (--peers)
 
 
-def smoke_script(t: Target) -> tuple[str | None, list[str], float]:
-    """The guest's smoke test: the recipe's [smoke] (a shell script and the
-    lines it must print), or for a file or directory the application with
-    its default arguments, which must exit with status 0."""
-    if t.recipe is not None and t.recipe.smoke is not None:
-        s = t.recipe.smoke
-        return s.sh, s.expect, s.timeout
-    return None, [], 120.0
+def run_timeout(t: Target) -> float:
+    """How long a boot of T's image may take to do its work: its recipe's
+    smoke-test timeout, else two minutes."""
+    return t.recipe.smoke.timeout if t.recipe is not None and t.recipe.smoke is not None else 120.0
+
+
+def probe_words(t: Target) -> list[str]:
+    """The kernel command line's word that has init probe T's server
+    (ukl_probe=PORT:HEX); none for a program that ends."""
+    probe = server_probe(t.recipe)
+    return [] if probe is None else [f"{PROBE_ENV}={probe[0]}:{probe[1].hex()}"]
 
 
 def boot_once(outdir: Path, man: image.Manifest, icount: bool, memory: int, timeout: float,
@@ -584,11 +587,9 @@ def memory_breakdown(console: str, memory_mib: int) -> dict[str, int]:
 
 def memory_boot(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: int, how: Boot) -> dict[str, int]:
     """One boot at the least memory, verbose, with init's meminfo: memory_breakdown()."""
-    probe = server_probe(t.recipe)
-    timeout = smoke_script(t)[2]
     log = outdir / f"memory-{memory}M.log"
-    append = ["ukl_meminfo=1", *([f"{PROBE_ENV}={probe[0]}:{probe[1].hex()}"] if probe is not None else [])]
-    boot_once(outdir, man, icount, memory, timeout, append, None, [], log, how, verbose=True)
+    boot_once(outdir, man, icount, memory, run_timeout(t), ["ukl_meminfo=1", *probe_words(t)], None, [], log, how,
+              verbose=True)
     return memory_breakdown(log.read_text(errors="replace"), memory)
 
 
@@ -598,14 +599,12 @@ def runs_in(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: 
     MEMORY within TIMEOUT (default the smoke test's)? A server answers its
     readiness probe (init's prober), a program ends with status 0 (its
     default arguments)."""
-    probe = server_probe(t.recipe)
-    timeout = timeout or smoke_script(t)[2]
     log = outdir / f"least-{memory}M.log"
-    append = [f"{PROBE_ENV}={probe[0]}:{probe[1].hex()}"] if probe is not None else []
-    res = boot_once(outdir, man, icount, memory, timeout, append, None, [], log, how)
+    probe = probe_words(t)
+    res = boot_once(outdir, man, icount, memory, timeout or run_timeout(t), probe, None, [], log, how)
     if res.failures or res.timed_out:
         return False
-    if probe is not None:
+    if probe:
         return console_tsc(log.read_text(errors="replace"), "reply") is not None
     return res.code == 0
 
@@ -625,9 +624,7 @@ def points_boot(outdir: Path, man: image.Manifest, t: Target, icount: bool, memo
     points = boot_points(outdir, man, probe is not None, how.direct, how.pid1)
     report = outdir / ("bootbench-profile.json" if by_function else "bootbench-points.json")
     report.unlink(missing_ok=True)
-    append = [] if how.pid1 else [f"{STAMP_ENV}=1"]
-    if probe is not None:
-        append.append(f"{PROBE_ENV}={probe[0]}:{probe[1].hex()}")
+    append = [] if how.pid1 else [f"{STAMP_ENV}=1", *probe_words(t)]
     res = boot_once(outdir, man, icount, memory, timeout, append, None,
                     [plugin_option(insnclass.build(), report, points, by_function, stop)], log, how)
     if res.failures or res.timed_out or not report.is_file():

@@ -351,20 +351,20 @@ def build(spec: BuildSpec) -> Manifest:
     return man
 
 
-def kernel_has(man: Manifest, function: str) -> bool:
-    """Is FUNCTION in the image's kernel (its System.map)? True where it
+def kernel_has(man: Manifest, function: str, unknown: bool | None = True) -> bool | None:
+    """Is FUNCTION in the image's kernel (its System.map)? UNKNOWN where it
     cannot tell (no System.map)."""
     smap = man.vmlinux_path().parent / "System.map"
     try:
         text = smap.read_text()
     except OSError:
-        return True
+        return unknown
     return re.search(rf" {re.escape(function)}$", text, re.M) is not None
 
 
 def has_network_device(man: Manifest) -> bool:
     """Does the image's kernel have the virtio network driver (its probe function)?"""
-    return kernel_has(man, "virtnet_probe")
+    return bool(kernel_has(man, "virtnet_probe"))
 
 
 def configures_ip(outdir: Path, man: Manifest) -> bool:
@@ -372,11 +372,9 @@ def configures_ip(outdir: Path, man: Manifest) -> bool:
     From its System.map, or where that is gone (a cleaned cache, an image
     copied from elsewhere) from the kernel in the bzImage, whose messages
     name IP-Config; False where neither can tell."""
-    smap = man.vmlinux_path().parent / "System.map"
-    try:
-        return re.search(r" ip_auto_config_setup$", smap.read_text(), re.M) is not None
-    except OSError:
-        pass
+    found = kernel_has(man, "ip_auto_config_setup", unknown=None)
+    if found is not None:
+        return found
     try:
         return b"IP-Config: " in bzimage.payload((outdir / "bzImage").read_bytes(), str(outdir / "bzImage"))
     except (OSError, UklError):
@@ -385,7 +383,7 @@ def configures_ip(outdir: Path, man: Manifest) -> bool:
 
 def has_block_device(man: Manifest) -> bool:
     """Does the image's kernel have the virtio disk driver?"""
-    return kernel_has(man, "virtblk_probe")
+    return bool(kernel_has(man, "virtblk_probe"))
 
 
 def _relative_to_cache(path: Path) -> str:
