@@ -57,7 +57,7 @@ def test_quick_icount_runs_repeat(tmp_path):
     for point in (("getppid", 0), ("read", 1)):
         fns = {c: prof[c][point]["functions"] for c in prof}
         # the system call's own work is the same everywhere, and do_syscall_64()
-        # carries no UKL hook for tasks without options (patch 0039)
+        # carries no UKL hook for tasks without options (kernel patch 0029)
         body = "__task_pid_nr_ns" if point[0] == "getppid" else "shmem_file_read_iter"
         assert len({f[body] for f in fns.values()}) == 1, fns
         # (within one instruction: the plugin counts whole translation blocks,

@@ -17,7 +17,7 @@ from ukltool.util.paths import cache_dir
 
 def bss_cleared(image, ukl: bool) -> int:
     """The bytes clear_bss() zeroes in IMAGE's kernel: .bss and .brk, but
-    under UKL not the padding after the application's bss (patch 0046)."""
+    under UKL not the padding after the application's bss (kernel patch 0015)."""
     s = vmlinux_symbols(image, "__bss_start", "__bss_stop", "__brk_base", "__brk_limit")
     cleared = s["__bss_stop"] - s["__bss_start"] + s["__brk_limit"] - s["__brk_base"]
     return cleared - (ukl_bss_padding(image) if ukl else 0)
@@ -57,7 +57,7 @@ def test_boot_benchmark_of_hello(tmp_path):
         # inlines its memset so in these non-KASAN kernels), which QEMU
         # runs (and counts) byte by byte: at least that many REP executions
         # before main(). Under UKL it skips the padding after the
-        # application's bss (kernel patch 0046), up to the 2 MiB boundary.
+        # application's bss (kernel patch 0015), up to the 2 MiB boundary.
         cleared = bss_cleared(image, config == "base")
         assert 0 < cleared and (cleared < r["bss_bytes"] / 2) == (config == "base"), (cleared, r["bss_bytes"])
         reps = r["boot_to_main_rep_executions"]

@@ -1,4 +1,4 @@
-"""Core dumps of UKL processes (issue 44, item 4; kernel patch 0049): a
+"""Core dumps of UKL processes (issue 44, item 4; kernel patch 0032): a
 child killed by a core-dumping signal writes an ELF core of its memory
 under Linux's rules (RLIMIT_CORE, core_pattern, PR_SET_DUMPABLE) and the
 wait status says so; the core holds the global and the heap string with

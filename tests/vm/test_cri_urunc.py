@@ -222,7 +222,7 @@ def test_a_job_s_container_ends_with_the_application_s_status(cri, outdir, tmp_p
 def test_a_pod_with_40_environment_variables_sees_them_all(cri, outdir, tmp_path):
     # urunc passes each as a word of the kernel command line, which the
     # kernel hands to init as its environment: 32 at most in stock Linux
-    # (it panics beyond), 128 with CONFIG_UNIKERNEL_LINUX (kernel patch 0001)
+    # (it panics beyond), 128 with CONFIG_UNIKERNEL_LINUX (kernel patch 0004)
     out = outdir / "cri-basics"
     if not (out / "bzImage").is_file():
         build(REPO / "tests" / "apps" / "basics.c", "base", out)

@@ -1,6 +1,6 @@
 """What the kernel image holds and what boot does with it, checked against
 vmlinux itself: the ORC unwinder's fast lookup table, filled in one pass
-(kernel patch 0044) and read back from the running guest through QEMU's gdb
+(kernel patch 0002) and read back from the running guest through QEMU's gdb
 stub, equals the binary searches it replaced; the 2 MiB padding after
 the application's .bss is given back at boot (0046), and the kernel's
 .bss no longer ends in a 2 MiB pad for memory that is never decrypted

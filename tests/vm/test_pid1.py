@@ -33,7 +33,7 @@ def test_hello_is_pid_1_with_its_arguments(outdir):
 
 @pytest.mark.parametrize("machine", ["pc", "microvm"])
 def test_the_debug_kernel_boots_direct(outdir, machine):
-    # KASAN, lockdep and the rest through the PVH entry (kernel patch 0043:
+    # KASAN, lockdep and the rest through the PVH entry (kernel patch 0001:
     # the entry code runs before KASAN's shadow is mapped), as PID 1 and
     # under init
     out = build(REPO / "examples" / "hello" / "hello.c", "base-debug", outdir / "hello-debug-direct")

@@ -8,7 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ukltool.cli.common import add_command, count_arg, tree_actions
-from ukltool.linux import kernel, prefixes, profiles
+from ukltool.linux import kernel, prefixes, profiles, seriesstat
 from ukltool.source import sources
 from ukltool.util import ui
 
@@ -40,6 +40,10 @@ def kernel_parser(sub: argparse._SubParsersAction) -> None:
     kb.set_defaults(func=cmd_kernel_build)
     add_command(ks, "checkpatch", "run scripts/checkpatch.pl --strict on every patch",
                 examples=("ukl kernel checkpatch",)).set_defaults(func=lambda a: kernel.checkpatch())
+    add_command(ks, "stat", "the series by concern: patches and changed lines (docs/dev/kernel.md's table)",
+                "Count each concern's patches and changed lines (kernel/concerns.toml) in the patch files, "
+                "Documentation/ apart, and print the table docs/dev/kernel.md carries.",
+                ("ukl kernel stat",)).set_defaults(func=cmd_kernel_stat)
     kp = add_command(ks, "build-prefixes", "build vmlinux after every patch of the series (bisectability)",
                      "Commit kernel/patches onto the pristine tree and build vmlinux at every prefix of the series, "
                      "in a work tree and build directory of their own. Long: one kernel build per patch, mostly "
@@ -48,6 +52,11 @@ def kernel_parser(sub: argparse._SubParsersAction) -> None:
     kp.add_argument("--from", dest="first", type=count_arg, default=1, metavar="N",
                     help="start with the prefix of N patches (default 1)")
     kp.set_defaults(func=lambda a: prefixes.build_prefixes(a.config, a.first))
+
+
+def cmd_kernel_stat(a: argparse.Namespace) -> int:
+    print(seriesstat.markdown_table(seriesstat.concerns(kernel.series())), end="")
+    return 0
 
 
 def cmd_kernel_build(a: argparse.Namespace) -> int:

@@ -23,6 +23,8 @@ from ukltool.util.proc import git, run
 
 APPLIED_REF = "refs/ukl/applied"
 KEY_FILE = "ukl-series-key"
+# Not a patch of the series: the posting's first mail, which export keeps
+COVER_LETTER = "0000-cover-letter.patch"
 
 
 @dataclass(frozen=True)
@@ -133,7 +135,8 @@ def export(s: Series, tree: Path) -> list[str]:
         git(tree, "format-patch", "-q", "--zero-commit", "--no-signature", "-o", td, "pristine..HEAD")
         new = sorted(Path(td).glob("*.patch"))
         for old in s.patch_dir.glob("*.patch"):
-            old.unlink()
+            if old.name != COVER_LETTER:
+                old.unlink()
         s.patch_dir.mkdir(parents=True, exist_ok=True)
         for p in new:
             shutil.copy(p, s.patch_dir / p.name)
