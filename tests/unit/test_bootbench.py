@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ukltool import cli
+from ukltool.apps.target import AppTarget
 from ukltool.bench import bootbench
 from ukltool.bench.bootbench import Hit
 from ukltool.build import initramfs
@@ -30,7 +31,7 @@ def test_names_keep_order_drop_repeats_and_refuse_nothing():
 def test_apps_resolve_as_ukl_build_takes_them(tmp_path):
     src = tmp_path / "prog.c"
     src.write_text("int main(void) { return 0; }\n")
-    assert bootbench.resolve_app(str(src)) == bootbench.Target(str(src), sources=[src])
+    assert bootbench.resolve_app(str(src)) == AppTarget(str(src), sources=[src])
     assert bootbench.resolve_app(str(tmp_path)).sources == [tmp_path]
     assert bootbench.image_dir("examples/hello/hello.c", "base").name == "examples_hello_hello.c-base"
     assert bootbench.image_dir("hello", "linux").name == "hello-linux"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from fakekernel import elf_with_notes, fake_bzimage, note
 
-from ukltool.linux import bzimage
+from ukltool.linux import bzimage, kernel, profiles
 from ukltool.run import hosttsc, vm
 from ukltool.util.errors import UklError
 
@@ -250,3 +250,17 @@ def test_loaded_bytes_count_the_load_segments_not_the_holes_between():
     assert bzimage.loaded_bytes(elf) == 150 < len(elf)
     with pytest.raises(UklError, match="cannot read x's program headers"):
         bzimage.loaded_bytes(b"\x7fELF" + bytes(10), "x")
+
+
+def test_the_manifest_is_read_once_or_carried(tmp_path, monkeypatch):
+    """The image's profile comes from the caller that read the manifest
+    (`ukl run`, `ukl bench boot`) or is read once per boot."""
+    (tmp_path / "manifest.json").write_text('{"config": "base+byp"}')
+    reads = []
+    real = profiles.image_config
+    monkeypatch.setattr(profiles, "image_config", lambda d: reads.append(d) or real(d))
+    cmd = vm.qemu_command("qemu", spec(tmp_path, smp=1), "tcg", tmp_path / "i", tmp_path / "s")
+    assert "ukl.opts=byp" in append_of(cmd) and len(reads) == 1
+    cmd = vm.qemu_command("qemu", spec(tmp_path, smp=1, config="base+ret"), "tcg", tmp_path / "i", tmp_path / "s")
+    assert "ukl.opts=ret" in append_of(cmd) and len(reads) == 1
+    assert cmd[cmd.index("-cpu") + 1] == kernel.profile_tcg_cpu("base+ret")

@@ -56,6 +56,8 @@ def test_the_option_table_is_checked(tmp_path):
 
 
 def test_an_image_passes_its_profile(tmp_path):
-    assert profiles.image_kernel_args(tmp_path) == []
+    assert profiles.image_config(tmp_path) == ""
+    assert profiles.profile_kernel_args("") == []
     (tmp_path / "manifest.json").write_text(json.dumps({"config": "base+byp"}))
-    assert profiles.image_kernel_args(tmp_path) == ["ukl.opts=byp"]
+    assert profiles.image_config(tmp_path) == "base+byp"
+    assert profiles.profile_kernel_args("base+byp") == ["ukl.opts=byp"]

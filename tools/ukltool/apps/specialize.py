@@ -33,6 +33,7 @@ does for any call compiled out."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import gzip
 import hashlib
 import json
@@ -48,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from ukltool.apps import recipes
+from ukltool.apps.target import AppTarget
 from ukltool.build import image, initramfs
 from ukltool.linux import binsyscalls, kernel, profiles
 from ukltool.run import vm
@@ -758,27 +760,27 @@ def program_code(rec_image: Path) -> Code:
         return Code(binsyscalls.of_program(exe), binsyscalls.syscall_names())
 
 
-def build(spec: image.BuildSpec, recipe: recipes.Recipe | None, make_spec, request: Request | None = None) -> Result:
-    """The specialized image of SPEC (its config: the one to specialize) in
-    SPEC.outdir. MAKE_SPEC(config, outdir, extra_files) gives the build
-    spec of the same application for another configuration. REQUEST: a
-    file's or directory's run to record, its statuses, its options."""
+def build(app: AppTarget, config: str, outdir: Path, request: Request | None = None) -> Result:
+    """APP's image for the kernel specialized from CONFIG to it, in OUTDIR.
+    APP is recorded under `linux` and built for the result the same way.
+    REQUEST: a file's or directory's run to record, its statuses, its
+    options."""
     request = request or Request()
+    spec = app.spec(config, outdir)
+    recipe = app.recipe
     prof = profiles.parse(spec.config)
     if prof.config.startswith(PREFIX):
         raise UklError(f"'{spec.config}' is already specialized", "name the configuration to specialize, e.g. base")
     kernel.fragments(spec.config)
     table = load_table()
-    work = cache_dir() / "specialize" / "record" / re.sub(r"[^A-Za-z0-9._+-]", "_",
-                                                          recipe.name if recipe else str(spec.sources[0]).strip("/"))
+    work = cache_dir() / "specialize" / "record" / re.sub(r"[^A-Za-z0-9._+-]", "_", app.record_name)
     work.mkdir(parents=True, exist_ok=True)
     run_args = spec.args if request.args is None else request.args
     smoke, expect, timeout, traced = smoke_for(recipe, run_args)
     statuses = [0] if smoke else request.statuses
-    rec_spec: image.BuildSpec = make_spec("linux", work / "image", strace_files())
-    rec_spec.userspace = True
-    rec_spec.compression = None   # the recording is the same whatever the result's compression
-    rec_spec.optimize = None      # or its kernel's optimization
+    # the recording is the same whatever the result's compression or its kernel's optimization
+    rec_app = dataclasses.replace(app, userspace=True, compression=None, optimize=None)
+    rec_spec = rec_app.spec("linux", work / "image", strace_files())
     # two specializations of one application at once take turns on its recording image
     with lock.held(f"specialize-record-{work.name}", f"the recording of {work.name}"):
         rec = record(rec_spec, smoke, expect, timeout, traced, work, statuses)
@@ -791,7 +793,7 @@ def build(spec: image.BuildSpec, recipe: recipes.Recipe | None, make_spec, reque
     name = store(text)
     full = "+".join((name, *prof.opts))
     start = time.monotonic()
-    final: image.BuildSpec = make_spec(full, spec.outdir, [])
+    final = app.spec(full, spec.outdir)
     man = image.build(final)
     build_seconds = time.monotonic() - start
     (spec.outdir / "specialize.config").write_text(text)

@@ -21,6 +21,7 @@ instruction. A server's first answer is timed by a prober in the guest
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import re
@@ -37,7 +38,8 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 from rich.table import Table
 
-from ukltool.apps import recipes, specialize
+from ukltool.apps import recipes, specialize, target
+from ukltool.apps.target import AppTarget
 from ukltool.bench import benchcommon
 from ukltool.build import image, initramfs
 from ukltool.linux import bzimage, kernel
@@ -110,14 +112,6 @@ def boots(text: str) -> list[str]:
 
 # ---- what is benchmarked ----
 
-@dataclass
-class Target:
-    """An application as `ukl build` takes it: a recipe, a directory or C files."""
-    label: str
-    recipe: recipes.Recipe | None = None
-    sources: list[Path] = field(default_factory=list)
-
-
 def names(text: str, what: str) -> list[str]:
     """--apps/--configs a,b: each once, in order; none is an error."""
     out = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
@@ -126,23 +120,9 @@ def names(text: str, what: str) -> list[str]:
     return out
 
 
-def resolve_app(spec: str) -> Target:
-    """SPEC as `ukl build` reads it: an existing path (file or directory)
-    wins, else a recipe name; anything else is an error."""
-    path = Path(spec)
-    if path.exists():   # named as given, apart from a recipe of the same name
-        return Target(spec, sources=[path])
-    if "/" in spec or path.suffix:
-        raise UklError(f"--apps: {spec} does not exist", "name a C file, a project directory or a recipe")
-    if spec not in recipes.names():
-        raise UklError(f"--apps: '{spec}' is neither a file, a directory nor a recipe",
-                       "recipes (apps/): " + ", ".join(recipes.names()))
-    r = recipes.load(spec)
-    if r.build.library:
-        raise UklError(f"--apps: '{spec}' is a library recipe, not an application",
-                       "name an application recipe: " + ", ".join(n for n in recipes.names()
-                                                               if not recipes.load(n).build.library))
-    return Target(spec, recipe=r)
+def resolve_app(spec: str) -> AppTarget:
+    """--apps NAME: as `ukl build` reads its INPUT (apps.target.resolve)."""
+    return target.resolve(spec, "--apps")
 
 
 def image_dir(label: str, config: str) -> Path:
@@ -157,26 +137,16 @@ def check_configs(configs: list[str]) -> list[str]:
     return configs
 
 
-def build_spec(t: Target, config: str, out: Path, files: list[tuple[Path, str]] | None = None,
-               compression: str | None = None, optimize: str | None = None) -> image.BuildSpec:
-    if t.recipe is not None:
-        spec = recipes.image_spec(t.recipe, config, out, files or [])
-    else:
-        spec = image.BuildSpec(t.sources, config, out, files=files or [])
-    spec.compression, spec.optimize = compression, optimize
-    return spec
-
-
-def build_image(t: Target, config: str, out: Path, specialized: bool, compression: str | None = None,
+def build_image(t: AppTarget, config: str, out: Path, specialized: bool, compression: str | None = None,
                 optimize: str | None = None) -> image.Manifest:
     """T's image for CONFIG in OUT, its kernel compressed with COMPRESSION
     and compiled for OPTIMIZE (None: the configuration's); SPECIALIZED: for the kernel specialized
     from CONFIG to T (`ukl build --specialize`, its report kept in OUT)."""
+    t = dataclasses.replace(t, compression=compression, optimize=optimize)
     if not specialized:
         with ui.step(f"building {t.label} for '{config}'" + "".join(f", {v}" for v in (compression, optimize) if v)):
-            return image.build(build_spec(t, config, out, compression=compression, optimize=optimize))
-    specialize.build(build_spec(t, config, out, compression=compression, optimize=optimize), t.recipe,
-                     lambda c, o, extra: build_spec(t, c, o, extra, compression, optimize))
+            return image.build(t.spec(config, out))
+    specialize.build(t, config, out)
     return image.load(out)
 
 
@@ -493,13 +463,13 @@ class Report:
     peers: list[Row] = field(default_factory=list)   # peers built and measured here (--peers)
 
 
-def run_timeout(t: Target) -> float:
+def run_timeout(t: AppTarget) -> float:
     """How long a boot of T's image may take to do its work: its recipe's
     smoke-test timeout, else two minutes."""
     return t.recipe.smoke.timeout if t.recipe is not None and t.recipe.smoke is not None else 120.0
 
 
-def probe_words(t: Target) -> list[str]:
+def probe_words(t: AppTarget) -> list[str]:
     """The kernel command line's word that has init probe T's server
     (ukl_probe=PORT:HEX); none for a program that ends."""
     probe = server_probe(t.recipe)
@@ -518,7 +488,7 @@ def boot_once(outdir: Path, man: image.Manifest, icount: bool, memory: int, time
                                   direct=how.direct, savings=how.savings,
                                   pid1=f"/ukl/{man.app}" if how.pid1 else None,
                                   pid1_args=list(man.args if sh is None else []), initramfs=how.initramfs,
-                                  verbose=verbose))
+                                  verbose=verbose, config=man.config))
 
 
 # The kernel's boot line (mm/page_alloc.c, mem_init_print_info()), with -v
@@ -585,7 +555,8 @@ def memory_breakdown(console: str, memory_mib: int) -> dict[str, int]:
     return out
 
 
-def memory_boot(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: int, how: Boot) -> dict[str, int]:
+def memory_boot(outdir: Path, man: image.Manifest, t: AppTarget, icount: bool, memory: int,
+                how: Boot) -> dict[str, int]:
     """One boot at the least memory, verbose, with init's meminfo: memory_breakdown()."""
     log = outdir / f"memory-{memory}M.log"
     boot_once(outdir, man, icount, memory, run_timeout(t), ["ukl_meminfo=1", *probe_words(t)], None, [], log, how,
@@ -593,7 +564,7 @@ def memory_boot(outdir: Path, man: image.Manifest, t: Target, icount: bool, memo
     return memory_breakdown(log.read_text(errors="replace"), memory)
 
 
-def runs_in(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: int, how: Boot,
+def runs_in(outdir: Path, man: image.Manifest, t: AppTarget, icount: bool, memory: int, how: Boot,
             timeout: float | None = None) -> bool:
     """Does the image, as shipped (no test layer), do its work in -m
     MEMORY within TIMEOUT (default the smoke test's)? A server answers its
@@ -609,7 +580,7 @@ def runs_in(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: 
     return res.code == 0
 
 
-def points_boot(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: int, timeout: float,
+def points_boot(outdir: Path, man: image.Manifest, t: AppTarget, icount: bool, memory: int, timeout: float,
                 how: Boot, log: Path, by_function: bool = False) -> tuple[insnclass.PluginReport, int]:
     """One boot with the plugin's points (BY_FUNCTION: and its profile by
     span): to main(), and for a server to the first answer to its probe
@@ -633,7 +604,7 @@ def points_boot(outdir: Path, man: image.Manifest, t: Target, icount: bool, memo
     return insnclass.read_report(report, profile=by_function, points=True), len(points)
 
 
-def measure(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: int,
+def measure(outdir: Path, man: image.Manifest, t: AppTarget, icount: bool, memory: int,
             timeout: float, run: int, how: Boot) -> Timeline:
     """One boot timed to main() (and a server's first answer)."""
     log = outdir / f"boot-{run}.log"
@@ -697,7 +668,7 @@ def physical_names(vmlinux: Path, name: Callable[[int], str]) -> Callable[[int],
     return named
 
 
-def profile_boot(outdir: Path, man: image.Manifest, t: Target, icount: bool, memory: int, timeout: float,
+def profile_boot(outdir: Path, man: image.Manifest, t: AppTarget, icount: bool, memory: int, timeout: float,
                  how: Boot) -> dict[str, list[tuple[str, int]]]:
     """One more boot, with the plugin profiling each span by function (a
     separate boot: the profile's callbacks slow the host, not the guest)."""
@@ -725,7 +696,7 @@ def check_profile(spans: dict[str, list[tuple[str, int]]], hits: list[Hit | None
                            f"{b.insns - a.insns:,}", "rebuild the QEMU plugin (tools/qemu-plugin/insnclass.c)")
 
 
-def measure_app(t: Target, config: str, icount: bool, repeat: int, memory: int, mem_range: tuple[int, int] | None,
+def measure_app(t: AppTarget, config: str, icount: bool, repeat: int, memory: int, mem_range: tuple[int, int] | None,
                 steps: int, timeout: float, boot: str = DEFAULT_BOOTS, specialized: bool = False,
                 compression: str | None = None, optimize: str | None = None,
                 built: dict[Path, image.Manifest] | None = None, by_function: bool = False) -> Row:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 from pathlib import Path
 
-from ukltool.apps import recipes, specialize
+from ukltool.apps import recipes, specialize, target
 from ukltool.build import image, project
 from ukltool.cli.common import add_command, cflags_arg, file_spec_arg, kconfig_arg, safe_list, statuses_arg, words_arg
 from ukltool.linux import kernel
@@ -149,40 +150,27 @@ def cmd_build(a: argparse.Namespace) -> int:
         kernel.compression_fragment(a.compression)  # before any work
     if a.optimize is not None:
         kernel.optimize_fragment(a.optimize)
+    kernel.fragments(a.config)  # validates the name before any work
+    common = {"userspace": a.userspace, "perf": a.perf, "files": list(a.file), "overlays": list(a.overlay),
+              "configure_args": list(a.configure_args), "make_args": list(a.make_args),
+              "compression": a.compression, "optimize": a.optimize}
     if recipe is not None:
-        r = recipes.load(recipe)
-        if r.build.library:
-            raise UklError(f"'{recipe}' is a library recipe: it is built as a dependency of an application",
-                           "build an application that depends on it: " +
-                           (", ".join(n for n in recipes.names() if recipe in recipes.load(n).depends) or "none"))
-        kernel.fragments(a.config)  # validates the name before any work
+        app = dataclasses.replace(target.recipe_target(recipe), **common)
         ui.info(f"building the recipe '{recipe}' (apps/{recipe}/recipe.toml) for '{a.config}'")
-
-        def make_spec(config: str, out: Path, extra: list[tuple[Path, str]]) -> image.BuildSpec:
-            spec = recipes.image_spec(r, config, out, [*a.file, *extra], a.configure_args, a.make_args, a.overlay)
-            spec.perf, spec.compression, spec.optimize = a.perf, a.compression, a.optimize
-            spec.userspace = a.userspace
-            return spec
     else:
-        r = None
+        app = target.AppTarget(str(a.sources[0]), sources=list(a.sources), name=a.name, freestanding=a.freestanding,
+                               cflags=list(a.cflags), build_system=a.build_system, **common)
         ui.info(f"building the project directory {a.sources[0]}" if kind == "directory" else
                 f"building {len(a.sources)} C file{'s' if len(a.sources) > 1 else ''}: "
                 + ", ".join(str(s) for s in a.sources))
-
-        def make_spec(config: str, out: Path, extra: list[tuple[Path, str]]) -> image.BuildSpec:
-            opts = project.Options(system=a.build_system, configure_args=list(a.configure_args),
-                                   make_args=list(a.make_args))
-            return image.BuildSpec(a.sources, config, out, a.name, a.freestanding, a.userspace, a.cflags,
-                                   [*a.file, *extra], a.overlay, opts, perf=a.perf, compression=a.compression,
-                                   optimize=a.optimize)
     if a.specialize:
-        res = specialize.build(make_spec(a.config, a.output, []), r, make_spec,
+        res = specialize.build(app, a.config, a.output,
                                specialize.Request(a.record_args, a.record_status or [0],
                                                   [(o, why) for opts, why in a.kconfig for o in opts]))
         ui.info(f"built '{res.app}' for the specialized configuration '{res.config}' ({len(res.options)} options "
                 f"for the application beside the core; why: {a.output / 'specialize.md'}) in {a.output}")
         return 0
-    man = image.build(make_spec(a.config, a.output, []))
+    man = image.build(app.spec(a.config, a.output))
     ui.info(f"built '{man.app}' for configuration '{man.config}' (kernel {man.kernel_release}) in {a.output}")
     return 0
 

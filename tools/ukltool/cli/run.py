@@ -203,7 +203,7 @@ def cmd_run(a: argparse.Namespace) -> int:
                                  remote_idle_us=a.remote_idle_us, remote_notify=a.remote_notify,
                                  side_dir=a.outdir, machine=a.machine, direct=a.direct,
                                  pid1=f"/ukl/{man.app}" if a.pid1 else None, pid1_args=list(app_args),
-                                 initramfs=not a.no_initramfs, core_disk=disk, mac=a.mac))
+                                 initramfs=not a.no_initramfs, core_disk=disk, mac=a.mac, config=man.config))
         if disk is not None:
             show_cores(disk, a.core, man, a.outdir)
     if res.failures:

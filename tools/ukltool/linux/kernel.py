@@ -197,7 +197,11 @@ def slowdown(name: str) -> int:
 
 def image_tcg_cpu(image_dir: Path) -> str:
     """tcg_cpu() of the configuration an image was built for."""
-    config = profiles.image_config(image_dir)
+    return profile_tcg_cpu(profiles.image_config(image_dir))
+
+
+def profile_tcg_cpu(config: str) -> str:
+    """tcg_cpu() of CONFIG, an image's profile ("": unknown)."""
     if not config:
         return DEFAULT_TCG_CPU
     try:

@@ -112,7 +112,6 @@ def image_config(image_dir: Path) -> str:
     return config if isinstance(config, str) else ""
 
 
-def image_kernel_args(image_dir: Path) -> list[str]:
-    """The kernel command line words for the profile an image was built for."""
-    config = image_config(image_dir)
+def profile_kernel_args(config: str) -> list[str]:
+    """The kernel command line words for CONFIG, an image's profile ("": none)."""
     return parse(config).kernel_args() if config else []

@@ -66,6 +66,9 @@ class RunSpec:
     initramfs: bool = True  # False: load none (PID1 only: the kernel makes the application's file, ukl.init=)
     core_disk: Path | None = None  # `ukl run --core`: the disk init writes the cores to (ukltool.run.cores)
     mac: str | None = None    # eth0's MAC address (default QEMU's; guests on one bridge need their own)
+    # The image's profile (its manifest's config), from a caller that read the manifest;
+    # None: read once from the manifest beside the bzImage
+    config: str | None = None
 
 
 @dataclass
@@ -293,8 +296,9 @@ def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path | None, stat
               "nokaslr", "tsc=reliable", *boot_savings(spec, accel), *microvm_tcg_args(spec, accel), *spec.append]
     if spec.core_disk:
         append += cores.kernel_args()
+    config = spec.config if spec.config is not None else profiles.image_config(spec.bzimage.parent)
     if not any(w.startswith(profiles.KERNEL_PARAM + "=") for w in append):
-        append += profiles.image_kernel_args(spec.bzimage.parent)  # the image's profile
+        append += profiles.profile_kernel_args(config)  # the image's profile
     if spec.icount and "norandmaps" not in append:
         append.append("norandmaps")  # random layouts change instruction counts
     if spec.pid1:
@@ -336,7 +340,7 @@ def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path | None, stat
     if accel == "kvm":
         cmd += ["-accel", "kvm", "-cpu", "host"]
     else:
-        cmd += ["-accel", "tcg", "-cpu", kernel.image_tcg_cpu(spec.bzimage.parent)]
+        cmd += ["-accel", "tcg", "-cpu", kernel.profile_tcg_cpu(config)]
     if spec.icount:
         # The guest sees only guest instructions: no host randomness
         # (RDRAND, the boot RNG seed) and no host date (the RTC, whose date
