@@ -122,7 +122,7 @@ def _build() -> Libc:
         stamp.write_text(flags + "\n")
     done.unlink(missing_ok=True)
     jobs = str(os.cpu_count() or 2)
-    with ui.step("building glibc for UKL (a cold build takes about 12 minutes on 2 cores)") as st:
+    with ui.step("building glibc for UKL (a cold build takes about 3 minutes on 2 cores)") as st:
         # libc.a (and libc.so, which glibc's `lib` insists on) and the start files
         stream(["make", f"-j{jobs}", "lib"], objdir / "ukl-build.log", _progress(st), cwd=objdir,
                what="glibc build", hint=f"the build directory is {objdir}")
