@@ -1,4 +1,5 @@
-"""The series is committed onto `pristine` and every prefix is one commit."""
+"""The series is committed onto `pristine`, every prefix is one commit, and
+`ukl kernel export` writes the commits back, keeping the cover letter."""
 
 from __future__ import annotations
 
@@ -60,3 +61,18 @@ def test_every_prefix_is_a_commit_of_the_series(tree, tmp_path):
     assert not (tree / "b.c").exists()
     with pytest.raises(UklError, match="2 commits"):
         prefixes.prefixes(tree, tip, [first])
+
+
+def test_export_keeps_the_cover_letter(tree, tmp_path):
+    (tree / "a.c").write_text("int a;\n")
+    _git(tree, "add", "a.c")
+    _git(tree, "commit", "-q", "-m", "add a")
+    pdir = tmp_path / "patches"
+    pdir.mkdir()
+    (pdir / "0001-old.patch").write_text("old\n")
+    (pdir / series.COVER_LETTER).write_text("cover\n")
+    s = series.Series("kernel", pdir, "./ukl kernel")
+    assert series.export(s, tree) == ["0001-add-a.patch"]
+    assert sorted(p.name for p in pdir.glob("*.patch")) == [series.COVER_LETTER, "0001-add-a.patch"]
+    assert (pdir / series.COVER_LETTER).read_text() == "cover\n"
+    assert (pdir / "series").read_text() == "0001-add-a.patch\n"

@@ -1,18 +1,14 @@
 """The kernel series' table by concern and its cover letter agree with the
-patches (docs/dev/kernel.md, kernel/patches/0000-cover-letter.patch), and
-`ukl kernel export` keeps the cover letter."""
+patches (docs/dev/kernel.md, kernel/patches/0000-cover-letter.patch)."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-from pathlib import Path
 
 import pytest
 
 from ukltool.linux import kernel, seriesstat
-from ukltool.source import series, sources
+from ukltool.source import series
 from ukltool.util.errors import UklError
 from ukltool.util.paths import PATCH_DIR, REPO
 
@@ -70,32 +66,3 @@ def test_concerns_must_cover_the_series_in_order(tmp_path):
     bad.write_text('[[concern]]\nname = "a"\nfirst = 1\nlast = 2\n')
     with pytest.raises(UklError, match="ends at patch 2"):
         seriesstat.concerns(patches, bad)
-
-
-def _git(repo: Path, *args: str) -> str:
-    env = dict(os.environ, **sources.GIT_ID)
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, env=env,
-                          capture_output=True, text=True).stdout.strip()
-
-
-def test_export_keeps_the_cover_letter(tmp_path):
-    repo = tmp_path / "tree"
-    repo.mkdir()
-    _git(repo, "init", "-q", "-b", "ukl")
-    (repo / "README").write_text("pristine\n")
-    _git(repo, "add", "README")
-    _git(repo, "commit", "-q", "-m", "pristine")
-    _git(repo, "tag", "pristine")
-    (repo / "a.c").write_text("int a;\n")
-    _git(repo, "add", "a.c")
-    _git(repo, "commit", "-q", "-m", "add a")
-    pdir = tmp_path / "patches"
-    pdir.mkdir()
-    (pdir / "0001-old.patch").write_text("old\n")
-    (pdir / series.COVER_LETTER).write_text("cover\n")
-    s = series.Series("kernel", pdir, "./ukl kernel")
-    names = series.export(s, repo)
-    assert names == ["0001-add-a.patch"]
-    assert sorted(p.name for p in pdir.glob("*.patch")) == [series.COVER_LETTER, "0001-add-a.patch"]
-    assert (pdir / series.COVER_LETTER).read_text() == "cover\n"
-    assert (pdir / "series").read_text() == "0001-add-a.patch\n"
