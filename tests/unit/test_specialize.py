@@ -135,8 +135,23 @@ def test_the_fragment_names_no_application_and_its_name_is_its_content(table):
     assert specialize.config_name(plain) != specialize.config_name(text)
 
 
+def test_a_kernel_for_microvm_alone_leaves_pci_to_the_devices_on_it(table):
+    any_machine = specialize.fragment("base", specialize.Selection(), table)
+    microvm = specialize.fragment("base", specialize.Selection(), table, "microvm")
+    assert kernel.parse_fragment(any_machine)["CONFIG_PCI"] == "y"
+    assert "CONFIG_PCI" not in kernel.parse_fragment(microvm)
+    assert kernel.parse_fragment(microvm)["CONFIG_SERIAL_8250_PNP"] == "y"  # the console's interrupts
+    assert specialize.config_name(any_machine) != specialize.config_name(microvm)
+    # a device on PCI brings it back (the remote-call ring here)
+    sel = specialize.choose(specialize.parse_trace(TRACE), table)
+    assert kernel.parse_fragment(specialize.fragment("base", sel, table, "microvm"))["CONFIG_PCI"] == "y"
+    with pytest.raises(UklError, match="--machine pc"):
+        specialize.fragment("base", specialize.Selection(), table, "pc")
+
+
 def test_every_option_of_the_general_base_is_core_an_entry_or_explained(table):
     core = set(kernel.parse_fragment(specialize.CORE_FILE.read_text()))
+    core |= set(kernel.parse_fragment(specialize.PC_FILE.read_text()))
     known = core | table.all_options() | set(table.vm_base_only)
     missing = sorted(set(kernel.parse_fragment((CONFIG_DIR / kernel.BASE_FRAGMENT).read_text())) - known)
     assert not missing, f"classify these in kernel/specialize/ (core.config, table.toml or [vm_base_only]): {missing}"

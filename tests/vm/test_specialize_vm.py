@@ -6,6 +6,7 @@ Redis's (a server: network, epoll, its own suite against it)."""
 from __future__ import annotations
 
 import json
+import re
 
 from conftest import REPO, assert_clean, ukl
 from ukltool.apps import specialize
@@ -34,7 +35,8 @@ def test_hello_specialized_boots_and_lacks_what_it_does_not_use(outdir):
                 "CONFIG_SYSFS"):
         assert opt not in wanted, opt
     assert wanted["CONFIG_UNIKERNEL_LINUX"] == "y"
-    # what -M microvm's console needs (its serial ports' interrupts from the DSDT)
+    # what -M microvm's console needs (its serial ports' interrupts from the
+    # DSDT), and what -M pc's DSDT reaches (kernel/specialize/pc.config)
     assert wanted["CONFIG_PCI"] == wanted["CONFIG_SERIAL_8250_PNP"] == "y"
     assert "set_robust_list" in report["syscalls"] and "CONFIG_FUTEX" in report["options"]
 
@@ -66,6 +68,32 @@ def test_hello_specialized_boots_and_lacks_what_it_does_not_use(outdir):
     for c in CALLS:
         assert f"{c} {'ENOSYS' if c in absent else 'present'}" in res.stdout, (c, res.stdout[-2000:])
     assert_clean(probe / "console.log")
+
+
+def test_hello_specialized_for_microvm_alone_has_no_pci(outdir):
+    """--machine microvm: no PCI, which patch 0034 lets ACPICA do without
+    (it loaded no table at all before: the console lost its interrupts)."""
+    out = outdir / "hello-microvm"
+    res = ukl("build", REPO / "examples/hello/hello.c", "--config", "base", "--specialize", "--machine", "microvm",
+              "-o", out)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert "(-M microvm)" in res.stdout  # the re-verification boots where the kernel is for
+    name = json.loads((out / "specialize.json").read_text())["config"]
+    final = kernel.parse_fragment((cache_dir() / "build" / name / ".config").read_text())
+    assert final.get("CONFIG_PCI", "n") == "n" and final["CONFIG_SERIAL_8250_PNP"] == "y"
+    assert "# ukl-specialized-for: microvm" in (out / "specialize.config").read_text()
+    for how in ((), ("--direct",), ("--direct", "--pid1", "--no-initramfs")):
+        res = ukl("run", out, "-v", *how, "--", "from", "the", "host")
+        assert res.returncode == 0, (how, res.stdout[-3000:])
+        assert "booting under -M microvm" in res.stdout and "running in ring 0" in res.stdout, how
+        log = (out / "console.log").read_text()
+        # the DSDT loaded: PnP found the serial ports, which got their interrupts
+        assert "ACPI Error" not in log and "pnp: PnP ACPI: found" in log, log[-3000:]
+        assert re.search(r"ttyS0 at I/O 0x3f8 \(irq = \d+", log), log[-3000:]
+        assert_clean(out / "console.log")
+    res = ukl("run", out, "--machine", "pc")
+    assert res.returncode == 2 and "specialized for -M microvm alone" in res.stdout, res.stdout[-2000:]
+    assert "Traceback" not in res.stdout
 
 
 def test_a_specialized_name_that_is_not_in_the_cache_is_a_clear_error(outdir):

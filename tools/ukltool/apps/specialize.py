@@ -60,6 +60,8 @@ from ukltool.util.paths import KERNEL_DIR, cache_dir
 SPEC_DIR = KERNEL_DIR / "specialize"
 TABLE_FILE = SPEC_DIR / "table.toml"
 CORE_FILE = SPEC_DIR / "core.config"
+PC_FILE = SPEC_DIR / "pc.config"
+MACHINES = ("microvm",)           # what --machine may name; the default is any of vm.MACHINES
 PREFIX = kernel.SPECIAL_PREFIX
 STRACE = Path("/usr/bin/strace")
 TRACE_BEGIN, TRACE_END = "ukl-specialize: trace begin", "ukl-specialize: trace end"
@@ -516,17 +518,34 @@ def config_lines(config: str, table: Table) -> tuple[str, list[str]]:
     return "\n".join(text) + "\n", dropped
 
 
-def fragment(config: str, sel: Selection, table: Table) -> str:
-    """The specialized configuration's fragment: the core, CONFIG's own
-    fragments, the chosen options. It names no application, so that
-    applications with the same needs share it (and its kernel)."""
+def check_machine(machine: str | None) -> None:
+    if machine is not None and machine not in MACHINES:
+        raise UklError(f"--machine {machine}: a kernel is specialized for any machine (the default) or for "
+                       f"{' or '.join(MACHINES)} alone", "leave --machine out, or name microvm")
+
+
+def machine_lines(machine: str | None) -> str:
+    """What the kernel needs for the machines it is for: pc.config unless
+    it is for microvm alone, which then names the machine in a header (so
+    in the configuration's name)."""
+    check_machine(machine)
+    if machine is None:
+        return f"# from {PC_FILE.name}\n{PC_FILE.read_text()}"
+    return f"# ukl-specialized-for: {machine}\n"
+
+
+def fragment(config: str, sel: Selection, table: Table, machine: str | None = None) -> str:
+    """The specialized configuration's fragment: the core, what the
+    machines it is for need, CONFIG's own fragments, the chosen options. It
+    names no application, so that applications with the same needs share
+    it (and its kernel)."""
     own, _ = config_lines(config, table)
     chosen = "".join(f"{o}=y\n" for o in sorted(sel.options))
     return ("# A specialized configuration (`ukl build --specialize`): kernel/specialize/core.config,\n"
             f"# the fragments of '{config}', and the options an application was seen to need\n"
             "# (each image's specialize.md says why).\n"
             f"# ukl-specialized-from: {config}\n"
-            f"{CORE_FILE.read_text()}\n{own}\n# the application's options\n{chosen}")
+            f"{CORE_FILE.read_text()}\n{machine_lines(machine)}\n{own}\n# the application's options\n{chosen}")
 
 
 def config_name(text: str) -> str:
@@ -575,6 +594,7 @@ class Request:
     args: list[str] | None = None          # the recorded run's arguments (None: the image's own)
     statuses: list[int] = field(default_factory=lambda: [0])  # the statuses it may end with
     manual: list[tuple[str, str]] = field(default_factory=list)  # --kconfig (option or "nic", why)
+    machine: str | None = None             # the one QEMU machine the kernel is for (None: any)
 
 
 def smoke_for(recipe: recipes.Recipe | None, args: list[str]) -> tuple[str, list[str], float, str]:
@@ -636,7 +656,7 @@ RECORD_APPEND = ["vdso=0"]
 
 
 def _boot(outdir: Path, sh: str, smoke: str, log: Path, timeout: float, args: list[str],
-          append: list[str] | None = None) -> tuple[vm.RunResult, str]:
+          append: list[str] | None = None, machine: str = "pc") -> tuple[vm.RunResult, str]:
     with tempfile.TemporaryDirectory(prefix="ukl-specialize-") as td:
         extra = initramfs.args_archive(args, Path(td), sh)
         script = Path(td) / "smoke.sh"
@@ -645,7 +665,8 @@ def _boot(outdir: Path, sh: str, smoke: str, log: Path, timeout: float, args: li
         initramfs.write(initramfs.Spec().file(SMOKE_FILE, script, "0644"), smoke_cpio)
         initrds = image.boot_initrds(outdir, image.load(outdir), [extra, smoke_cpio], shell=True)
         res = vm.boot(vm.RunSpec(bzimage=outdir / "bzImage", initrds=initrds,
-                                 log=log, timeout=timeout, show=False, append=list(append or [])))
+                                 log=log, timeout=timeout, show=False, append=list(append or []),
+                                 machine=machine))
     return res, log.read_text(errors="replace")
 
 
@@ -766,6 +787,7 @@ def build(app: AppTarget, config: str, outdir: Path, request: Request | None = N
     REQUEST: a file's or directory's run to record, its statuses, its
     options."""
     request = request or Request()
+    check_machine(request.machine)
     spec = app.spec(config, outdir)
     recipe = app.recipe
     prof = profiles.parse(spec.config)
@@ -789,7 +811,7 @@ def build(app: AppTarget, config: str, outdir: Path, request: Request | None = N
     if usage.lines == 0:
         raise UklError("the recorded trace holds no system calls", f"see {work / 'record-console.log'}")
     sel = choose(usage, table, general_config(), manual_options(recipe) + request.manual, nic_reasons(recipe), code)
-    text = fragment(prof.config, sel, table)
+    text = fragment(prof.config, sel, table, request.machine)
     name = store(text)
     full = "+".join((name, *prof.opts))
     start = time.monotonic()
@@ -798,12 +820,13 @@ def build(app: AppTarget, config: str, outdir: Path, request: Request | None = N
     build_seconds = time.monotonic() - start
     (spec.outdir / "specialize.config").write_text(text)
     (spec.outdir / "specialize-trace.gz").write_bytes(gzip.compress(rec.trace.encode()))
-    with ui.step(f"re-verifying: the smoke test on '{name}'"):
+    machine = request.machine or "pc"
+    with ui.step(f"re-verifying: the smoke test on '{name}'" + (f" (-M {machine})" if request.machine else "")):
         log = spec.outdir / "specialize-verify.log"
         if recipe is not None and recipe.smoke is not None:
-            res, console = _boot(spec.outdir, recipe.smoke.sh, smoke, log, timeout, [])
+            res, console = _boot(spec.outdir, recipe.smoke.sh, smoke, log, timeout, [], machine=machine)
         else:
-            res, console = _boot_plain(spec.outdir, run_args, log, timeout)
+            res, console = _boot_plain(spec.outdir, run_args, log, timeout, machine)
         why = _smoke_ok(res, console, expect, status_from_console=False, statuses=statuses)
     _, dropped = config_lines(prof.config, table)
     core = sorted(kernel.parse_fragment(CORE_FILE.read_text()))
@@ -822,12 +845,13 @@ def build(app: AppTarget, config: str, outdir: Path, request: Request | None = N
     return result
 
 
-def _boot_plain(outdir: Path, args: list[str], log: Path, timeout: float) -> tuple[vm.RunResult, str]:
+def _boot_plain(outdir: Path, args: list[str], log: Path, timeout: float,
+                machine: str = "pc") -> tuple[vm.RunResult, str]:
     """The application with the recorded run's arguments (an image without a shell)."""
     with tempfile.TemporaryDirectory(prefix="ukl-specialize-") as td:
         extra = initramfs.args_archive(args, Path(td))
         res = vm.boot(vm.RunSpec(bzimage=outdir / "bzImage", initrds=[outdir / "initramfs.cpio", extra], log=log,
-                                 timeout=timeout, show=False))
+                                 timeout=timeout, show=False, machine=machine))
     return res, log.read_text(errors="replace")
 
 

@@ -138,15 +138,16 @@ def check_configs(configs: list[str]) -> list[str]:
 
 
 def build_image(t: AppTarget, config: str, out: Path, specialized: bool, compression: str | None = None,
-                optimize: str | None = None) -> image.Manifest:
+                optimize: str | None = None, machine: str | None = None) -> image.Manifest:
     """T's image for CONFIG in OUT, its kernel compressed with COMPRESSION
     and compiled for OPTIMIZE (None: the configuration's); SPECIALIZED: for the kernel specialized
-    from CONFIG to T (`ukl build --specialize`, its report kept in OUT)."""
+    from CONFIG to T (`ukl build --specialize`, its report kept in OUT), for MACHINE alone
+    (`--machine`; None: any)."""
     t = dataclasses.replace(t, compression=compression, optimize=optimize)
     if not specialized:
         with ui.step(f"building {t.label} for '{config}'" + "".join(f", {v}" for v in (compression, optimize) if v)):
             return image.build(t.spec(config, out))
-    specialize.build(t, config, out)
+    specialize.build(t, config, out, specialize.Request(machine=machine))
     return image.load(out)
 
 
@@ -705,13 +706,16 @@ def measure_app(t: AppTarget, config: str, icount: bool, repeat: int, memory: in
     has built, by directory, each built once for all its boot methods;
     BY_FUNCTION: one more boot, profiled by function."""
     how = BOOTS[boot]
-    variant = "".join(f"-{v}" for v in (optimize, compression) if v)
+    # A microvm boot measures the kernel specialized for microvm alone, as
+    # a user who deploys there builds it (`ukl build --specialize --machine microvm`)
+    machine = "microvm" if specialized and how.machine == "microvm" else None
+    variant = "".join(f"-{v}" for v in (machine, optimize, compression) if v)
     out = image_dir(t.label, config + ("-specialized" if specialized else "") + variant)
     # Two benchmarks at once (a test beside `make results-boot`) take turns
     # on the image directory instead of rebuilding it under each other.
     with lock.held(f"bench-boot-{out.name}", f"the boot benchmark's image {out.name}"):
         man = built[out] if built is not None and out in built else \
-            build_image(t, config, out, specialized, compression, optimize)
+            build_image(t, config, out, specialized, compression, optimize, machine)
         if built is not None:
             built[out] = man
         config = man.config

@@ -381,6 +381,12 @@ def configures_ip(outdir: Path, man: Manifest) -> bool:
         return False
 
 
+def has_pci(man: Manifest) -> bool:
+    """Does the image's kernel have PCI? True where it cannot tell: a
+    kernel without it is one specialized for -M microvm alone."""
+    return bool(kernel_has(man, "pci_bus_type", unknown=True))
+
+
 def has_block_device(man: Manifest) -> bool:
     """Does the image's kernel have the virtio disk driver?"""
     return bool(kernel_has(man, "virtblk_probe"))

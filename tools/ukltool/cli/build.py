@@ -61,6 +61,10 @@ def build_parser(sub: argparse._SubParsersAction) -> None:
                    "(kernel/specialize/), build for that configuration (special-HASH, shared by applications with "
                    "the same needs), re-run the smoke test on it, and say why each option is there in "
                    "OUTDIR/specialize.md")
+    b.add_argument("--machine", choices=specialize.MACHINES, default=None,
+                   help="--specialize: the one QEMU machine the kernel is for (default: pc and microvm). microvm "
+                   "leaves PCI out where no device of the application's needs it: a smaller kernel that -M pc's "
+                   "ACPI tables do not suit, so `ukl run` boots it under -M microvm")
     g = b.add_argument_group("C files and project directories (not recipes)")
     g.add_argument("--name", help="application name (default: the first file's stem, or the project's program)")
     g.add_argument("--record-args", type=shlex.split, default=None, metavar="ARGS",
@@ -143,9 +147,11 @@ def cmd_build(a: argparse.Namespace) -> int:
     check_build_options(a, kind)
     image.check_app_name(a.name)
     given = [o for o, v in (("--record-args", a.record_args is not None),
-                            ("--record-status", a.record_status is not None), ("--kconfig", bool(a.kconfig))) if v]
+                            ("--record-status", a.record_status is not None), ("--kconfig", bool(a.kconfig)),
+                            ("--machine", a.machine is not None)) if v]
     if given and not a.specialize:
-        raise UklError(f"{' and '.join(given)} apply to --specialize", "add --specialize, or leave them out")
+        verb = "apply" if len(given) > 1 else "applies"
+        raise UklError(f"{' and '.join(given)} {verb} to --specialize", "add --specialize, or leave them out")
     if a.compression is not None:
         kernel.compression_fragment(a.compression)  # before any work
     if a.optimize is not None:
@@ -166,7 +172,7 @@ def cmd_build(a: argparse.Namespace) -> int:
     if a.specialize:
         res = specialize.build(app, a.config, a.output,
                                specialize.Request(a.record_args, a.record_status or [0],
-                                                  [(o, why) for opts, why in a.kconfig for o in opts]))
+                                                  [(o, why) for opts, why in a.kconfig for o in opts], a.machine))
         ui.info(f"built '{res.app}' for the specialized configuration '{res.config}' ({len(res.options)} options "
                 f"for the application beside the core; why: {a.output / 'specialize.md'}) in {a.output}")
         return 0

@@ -62,9 +62,9 @@ def run_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto",
                    help="KVM or TCG (default auto: $UKL_ACCEL, else KVM where a test boot with it works, "
                    "decided once per QEMU and host kernel)")
-    r.add_argument("--machine", choices=vm.MACHINES, default="pc",
-                   help="QEMU's machine: pc (default: firmware, ACPI, PCI) or microvm (no PCI: virtio-mmio "
-                   "devices; no --remote)")
+    r.add_argument("--machine", choices=vm.MACHINES, default=None,
+                   help="QEMU's machine: pc (the default: firmware, ACPI, PCI) or microvm (no PCI: virtio-mmio "
+                   "devices; no --remote; the default for a kernel specialized for it)")
     r.add_argument("--direct", action="store_true",
                    help="boot the uncompressed kernel through its PVH entry: no firmware and no decompression "
                    "(the x86/HVM direct boot ABI, as Firecracker boots)")
@@ -143,6 +143,19 @@ def check_pid1_run(a: argparse.Namespace, man: image.Manifest, sh: str | None,
         ui.warn(f"--append {own_ip[-1]}: QEMU forwards the ports to {netns.GUEST_IP}, which eth0 will not have")
 
 
+def run_machine(asked: str | None, man: image.Manifest, outdir: Path) -> str:
+    """The machine to boot OUTDIR's image on: ASKED, else pc, or microvm
+    for a kernel specialized for it alone (no PCI), which -M pc refuses."""
+    if image.has_pci(man):
+        return asked or "pc"
+    if asked == "pc":
+        raise UklError(f"the kernel of {outdir} was specialized for -M microvm alone (it has no PCI, which "
+                       "-M pc's ACPI tables reach)", "run with --machine microvm, or rebuild without --machine")
+    if asked is None:
+        ui.info("booting under -M microvm: the image's kernel was specialized for it")
+    return "microvm"
+
+
 def cmd_run(a: argparse.Namespace) -> int:
     man = image.load(a.outdir)  # refuses what is not a build result
     sh = "" if a.shell else a.sh
@@ -180,6 +193,7 @@ def cmd_run(a: argparse.Namespace) -> int:
                        "(a specialized kernel gets one where the application's code can listen or reach "
                        "another address)",
                        "rebuild with --specialize --kconfig nic:WHY to add it, or without --specialize")
+    a.machine = run_machine(a.machine, man, a.outdir)
     vm.check_machine(vm.RunSpec(bzimage=a.outdir / "bzImage", initrds=[], log=log, machine=a.machine,
                                 remote=a.remote))
     if a.pid1:
