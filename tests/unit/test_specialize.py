@@ -147,6 +147,13 @@ def test_a_kernel_for_microvm_alone_leaves_pci_to_the_devices_on_it(table):
     assert kernel.parse_fragment(specialize.fragment("base", sel, table, "microvm"))["CONFIG_PCI"] == "y"
     with pytest.raises(UklError, match="--machine pc"):
         specialize.fragment("base", specialize.Selection(), table, "pc")
+    # the network device: virtio-mmio alone under microvm, PCI too for any machine
+    served = specialize.Usage()
+    mv = specialize.choose(served, table, None, [("nic", "a server")], machine="microvm")
+    assert {"CONFIG_VIRTIO_MMIO", "CONFIG_VIRTIO_NET", "CONFIG_IP_PNP"} <= set(mv.options)
+    assert not {"CONFIG_PCI", "CONFIG_PCI_MSI", "CONFIG_VIRTIO_PCI"} & set(mv.options)
+    anywhere = specialize.choose(served, table, None, [("nic", "a server")])
+    assert {"CONFIG_PCI", "CONFIG_VIRTIO_PCI"} <= set(anywhere.options)
 
 
 def test_every_option_of_the_general_base_is_core_an_entry_or_explained(table):

@@ -90,6 +90,13 @@ class Table:
     nic: Entry
     drop: dict[str, str]          # options of the configuration's fragments left to the application -> why
     vm_base_only: dict[str, str]  # options of vm-base.config no specialized kernel gets -> why
+    nic_pc: tuple[str, ...] = ()  # [nic] options only -M pc's network device needs
+
+    def nic_options(self, machine: str | None) -> tuple[str, ...]:
+        """The network device's options for a kernel for MACHINE (None: any)."""
+        if machine is None:
+            return self.nic.options
+        return tuple(o for o in self.nic.options if o not in self.nic_pc)
 
     def all_options(self) -> set[str]:
         """Every option an entry can add."""
@@ -140,8 +147,11 @@ def load_table(path: Path = TABLE_FILE) -> Table:
     unknown = set(data) - {*SECTIONS, "nic", "drop", "vm_base_only"}
     if unknown:
         raise UklError(f"{path}: unknown section(s) {', '.join(sorted(unknown))}", "see the file's header")
-    return Table(sections, Entry("nic", _options(nic.get("options"), f"{path.name} [nic]"), nic["in"]),
-                 reasons["drop"], reasons["vm_base_only"])
+    entry = Entry("nic", _options(nic.get("options"), f"{path.name} [nic]"), nic["in"])
+    pc_only = _options(nic.get("pc", []), f"{path.name} [nic] pc")
+    if not set(pc_only) <= set(entry.options):
+        raise UklError(f"{path}: [nic] pc names options that are not among its options", f"fix {path}")
+    return Table(sections, entry, reasons["drop"], reasons["vm_base_only"], pc_only)
 
 
 # ---- the trace ----
@@ -367,13 +377,15 @@ class Code:
 
 def choose(usage: Usage, table: Table, general: dict[str, str] | None = None,
            manual: list[tuple[str, str]] | None = None, nic_reasons: list[str] | None = None,
-           code: Code | None = None) -> Selection:
+           code: Code | None = None, machine: str | None = None) -> Selection:
     """The options USAGE needs, and those CODE (the program's system
     calls, read from its binary) can need. GENERAL: the general kernel's
     configuration (what the recording ran on); an option it lacks is left
     out, since the application ran without it. MANUAL: the recipe's (or
     --kconfig's) (option, reason) pairs; "nic" is the network device.
-    NIC_REASONS: why the application is reached over the network."""
+    NIC_REASONS: why the application is reached over the network.
+    MACHINE: the one machine the kernel is for (None: any), which decides
+    the network device's bus."""
     sel = Selection()
 
     def add(entry: Entry, what: str, use: Use | str, source: str = RUN) -> None:
@@ -440,7 +452,7 @@ def choose(usage: Usage, table: Table, general: dict[str, str] | None = None,
         else:
             sel.add((opt,), f"asked for: {reason}")
     if nic:
-        sel.add(table.nic.options, f"the network device: {table.nic.where}; " + "; ".join(nic))
+        sel.add(table.nic_options(machine), f"the network device: {table.nic.where}; " + "; ".join(nic))
     return sel
 
 
@@ -810,7 +822,8 @@ def build(app: AppTarget, config: str, outdir: Path, request: Request | None = N
     usage = parse_trace(rec.trace, "sh" if smoke else spec.name or "app")
     if usage.lines == 0:
         raise UklError("the recorded trace holds no system calls", f"see {work / 'record-console.log'}")
-    sel = choose(usage, table, general_config(), manual_options(recipe) + request.manual, nic_reasons(recipe), code)
+    sel = choose(usage, table, general_config(), manual_options(recipe) + request.manual, nic_reasons(recipe), code,
+                 request.machine)
     text = fragment(prof.config, sel, table, request.machine)
     name = store(text)
     full = "+".join((name, *prof.opts))

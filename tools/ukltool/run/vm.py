@@ -4,6 +4,7 @@ timeouts and kernel-failure detection."""
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import errno
 import json
 import os
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from ukltool.build import initramfs, protocol
+from ukltool.build import image, initramfs, protocol
 from ukltool.linux import bzimage, kernel, profiles
 from ukltool.run import cores, hosttsc, logscan, remote
 from ukltool.util import ui
@@ -58,7 +59,7 @@ class RunSpec:
     remote_idle_us: int = 1000  # the shadow polls this long after a request before it sleeps (-1: always)
     remote_notify: str = "poll"  # how a guest thread waits for the host unless it chooses (remote.NOTIFY_MODES)
     side_dir: Path | None = None  # where LOG.cmd and the shadow's log go (default: beside the log)
-    machine: str = "pc"  # QEMU's machine: MACHINES
+    machine: str | None = None  # QEMU's machine, MACHINES (None: the image's, image_machine())
     direct: bool = False  # boot the uncompressed kernel by its PVH entry (bzimage.py): no firmware, no decompression
     savings: tuple[str, ...] | None = None  # kernel arguments of BOOT_SAVINGS to pass (None: those that apply)
     pid1: str | None = None  # the application's path: the kernel starts it as PID 1, no init program
@@ -265,6 +266,21 @@ def microvm_tcg_args(spec: RunSpec, accel: str) -> list[str]:
     return [f"tsc_early_khz={khz}"] if khz else []
 
 
+def image_machine(bzimage: Path) -> str:
+    """The machine an image boots on unless told: pc, or microvm where its
+    kernel has no PCI (specialized for -M microvm alone, whose ACPI tables
+    need none; -M pc's reach PCI configuration space)."""
+    try:
+        man = image.load(bzimage.parent)
+    except UklError:
+        return "pc"  # a kernel without ukl's manifest beside it
+    return "pc" if image.has_pci(man) else "microvm"
+
+
+def with_machine(spec: RunSpec) -> RunSpec:
+    return spec if spec.machine is not None else dataclasses.replace(spec, machine=image_machine(spec.bzimage))
+
+
 def check_machine(spec: RunSpec) -> None:
     if spec.machine not in MACHINES:
         raise UklError(f"unknown machine '{spec.machine}'", f"choose from {', '.join(MACHINES)}")
@@ -287,6 +303,7 @@ ICOUNT_DATE = "2026-01-01T00:00:00"
 def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path | None, status_file: Path,
                  shadow: remote.Shadow | None = None, kernel_file: Path | None = None) -> list[str]:
     """QEMU's command line; KERNEL_FILE: what -kernel loads (default the bzImage)."""
+    spec = with_machine(spec)
     check_machine(spec)
     check_pid1(spec)
     loglevel = "8" if spec.verbose else "5"
@@ -321,7 +338,8 @@ def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path | None, stat
         if len(" ".join(append).encode()) >= COMMAND_LINE_SIZE:
             raise UklError(f"--pid1: the kernel command line would be longer than {COMMAND_LINE_SIZE - 1} bytes "
                            "with the application's arguments", "run without --pid1 (init passes them in a file)")
-    machine = spec.machine + (shadow.machine_suffix if shadow else "")
+    base_machine = spec.machine or "pc"  # with_machine() chose it
+    machine = base_machine + (shadow.machine_suffix if shadow else "")
     cmd = [qemu, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
            "-M", machine, "-m", spec.memory, "-smp", str(spec.smp),
            "-kernel", str(kernel_file or spec.bzimage),
@@ -336,7 +354,7 @@ def qemu_command(qemu: str, spec: RunSpec, accel: str, initrd: Path | None, stat
         cmd += ["-serial", f"file:{status_file}"]
     cmd += ["-device", DEBUG_EXIT]
     if spec.core_disk:
-        cmd += cores.qemu_args(spec.core_disk, spec.machine)
+        cmd += cores.qemu_args(spec.core_disk, base_machine)
     if accel == "kvm":
         cmd += ["-accel", "kvm", "-cpu", "host"]
     else:
@@ -497,6 +515,7 @@ def _follow(proc: subprocess.Popen[bytes], spec: RunSpec, logf: BinaryIO, start:
 
 def boot(spec: RunSpec) -> RunResult:
     qemu = need_tool("qemu-system-x86_64", "qemu-system-x86")
+    spec = with_machine(spec)
     # -icount needs TCG
     accel = "tcg" if spec.icount else choose_accel(qemu, spec.bzimage, spec.accel)
     spec.log.parent.mkdir(parents=True, exist_ok=True)
