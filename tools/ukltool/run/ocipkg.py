@@ -298,6 +298,12 @@ def build(outdir: Path, tag: str | None = None, hypervisor: str = "qemu", start:
     WARN: say what urunc changes in its arguments."""
     man = image.load(outdir)  # refuses what is not a build result
     hypervisor = check_hypervisor(hypervisor)
+    if hypervisor == "qemu" and not image.has_pci(man):
+        # urunc's qemu monitor gives x86 guests QEMU's default machine (pc)
+        # and a virtio-net-pci device (pkg/unikontainers/hypervisors/qemu.go)
+        raise UklError(f"the kernel of {outdir} was specialized for -M microvm alone (it has no PCI), but urunc's "
+                       "qemu monitor boots -M pc with its network device on PCI",
+                       "package it with --hypervisor firecracker, or rebuild without --machine microvm")
     entry = entrypoint(man, pid1_start(outdir, man, start))
     ref = normalize_reference(tag if tag is not None else default_tag(man.app))
     kernel_data = _kernel_bytes(outdir, hypervisor)
