@@ -18,13 +18,15 @@ import pytest
 from fakekernel import pvh_bzimage
 
 from conftest import ukl
-from ukltool.run import ocipkg
+from ukltool.build import image
+from ukltool.cli.run import run_machine
+from ukltool.run import ocipkg, vm
 from ukltool.util.errors import UklError
 
 
 def fake_image(root: Path, args: list[str] | None = None, forwards: list[list[int]] | None = None,
                recipe: str | None = None, config: str = "base", userspace: bool = False, name: str = "img",
-               ip_pnp: bool = True) -> Path:
+               ip_pnp: bool = True, machine: str | None = None) -> Path:
     """A build result with a fake kernel; its System.map says whether the
     kernel configures eth0 from ip= (IP_PNP)."""
     out = root / name
@@ -38,8 +40,27 @@ def fake_image(root: Path, args: list[str] | None = None, forwards: list[list[in
     (out / "manifest.json").write_text(json.dumps({
         "config": config, "app": "hello", "kernel_release": "6.1.192-ukl", "kernel_key": "0",
         "linux_version": "6.1.192-2", "vmlinux": str(kdir / "vmlinux"), "userspace": userspace, "schema": 2,
-        "args": args or [], "forwards": forwards or [], "recipe": recipe}))
+        "args": args or [], "forwards": forwards or [], "recipe": recipe, "machine": machine}))
     return out
+
+
+def test_an_image_for_microvm_alone_boots_there_and_is_not_packaged_for_urunc_s_qemu(tmp_path):
+    mv = fake_image(tmp_path, machine="microvm", name="mv")
+    anyw = fake_image(tmp_path, name="any")
+    assert vm.image_machine(mv / "bzImage") == "microvm" and vm.image_machine(anyw / "bzImage") == "pc"
+    assert vm.with_machine(vm.RunSpec(mv / "bzImage", [], tmp_path / "log")).machine == "microvm"
+    assert vm.with_machine(vm.RunSpec(mv / "bzImage", [], tmp_path / "log", machine="pc")).machine == "pc"
+    assert vm.image_machine(tmp_path / "nowhere" / "bzImage") == "pc"  # no manifest: a kernel of its own
+    man = image.load(mv)
+    assert run_machine(None, man, mv, False) == run_machine("microvm", man, mv, False) == "microvm"
+    for asked, remote in (("pc", False), (None, True)):
+        with pytest.raises(UklError, match="specialized for -M microvm alone"):
+            run_machine(asked, man, mv, remote)
+    assert run_machine(None, image.load(anyw), anyw, False) == "pc"
+    with pytest.raises(UklError, match="urunc's qemu monitor boots -M pc"):
+        ocipkg.build(mv)
+    (mv / "bzImage").write_bytes(pvh_bzimage()[0])
+    assert ocipkg.build(mv, hypervisor="firecracker", warn=False).manifest.digest
 
 
 def need(tool: str) -> str:

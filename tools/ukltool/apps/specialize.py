@@ -761,6 +761,8 @@ class Result:
     code_syscalls: dict[str, int] = field(default_factory=dict)  # calls the program's code can make -> sites
     code_unresolved: int = 0           # `syscall` sites whose number is not a constant nearby
     from_code: list[str] = field(default_factory=list)  # options only the program's code gave
+    machine: str | None = None         # the one QEMU machine the kernel is for (None: any)
+    machine_options: list[str] = field(default_factory=list)  # pc.config's, where the kernel is for any machine
 
 
 def manual_options(r: recipes.Recipe | None) -> list[tuple[str, str]]:
@@ -849,7 +851,9 @@ def build(app: AppTarget, config: str, outdir: Path, request: Request | None = N
                     dropped, sel.left_out, sel.unknown, {k: v.count for k, v in sorted(usage.syscalls.items())},
                     usage.lines, rec.seconds, rec.cached, build_seconds, why is None, str(log),
                     code.syscalls(), code.use.unresolved,
-                    sorted(o for o, c in sel.options.items() if all(r.startswith(CODE) for r in c.reasons)))
+                    sorted(o for o, c in sel.options.items() if all(r.startswith(CODE) for r in c.reasons)),
+                    request.machine,
+                    [] if request.machine else sorted(kernel.parse_fragment(PC_FILE.read_text())))
     write_reports(result, spec.outdir, table)
     if why:
         raise UklError(f"the smoke test fails on the specialized kernel '{name}': {why}",
@@ -900,6 +904,12 @@ def markdown(r: Result, table: Table) -> str:
     lines += ["", "## The core (kernel/specialize/core.config)", "",
               "What UKL, the console, the status channel, init and its way out of the VM need, whatever the "
               "application: " + ", ".join(f"`{o}`" for o in r.core) + ".", ""]
+    if r.machine:
+        lines += [f"For `-M {r.machine}` alone (`--machine {r.machine}`): without kernel/specialize/pc.config, "
+                  "and the network device without its PCI options; `ukl run` boots it there.", ""]
+    else:
+        lines += ["For `-M pc` and `-M microvm` (kernel/specialize/pc.config): "
+                  + ", ".join(f"`{o}`" for o in r.machine_options) + ".", ""]
     if r.origin_options:
         lines += [f"From `{r.origin}`'s own fragments: " + ", ".join(f"`{o}`" for o in r.origin_options) + ".", ""]
     for o in r.dropped:

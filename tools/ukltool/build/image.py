@@ -38,6 +38,7 @@ class Manifest:
     forwards: list[list[int]] = field(default_factory=list)   # default --forward HOST:GUEST pairs
     recipe: str | None = None                                 # apps/NAME it was built from
     user_files: bool = True   # carries --file or --overlay files (unknown before it was recorded: assume so)
+    machine: str | None = None  # the one QEMU machine its kernel is for (--specialize --machine); None: any
 
     def vmlinux_path(self) -> Path:
         return cache_dir() / self.vmlinux
@@ -281,7 +282,7 @@ def assemble(out: Path, kimg: kernel.KernelImage, config: str, name: str, starte
     shutil.copy(kimg.bzimage, out / "bzImage")
     man = Manifest(config=config, app=name, kernel_release=kimg.release, kernel_key=kimg.key,
                    linux_version=src.version, vmlinux=_relative_to_cache(kimg.vmlinux), userspace=userspace or perf,
-                   user_files=bool(files or overlays))
+                   user_files=bool(files or overlays), machine=kernel.config_machine(config))
     (out / MANIFEST).write_text(json.dumps(asdict(man), indent=2) + "\n")
     return man
 
@@ -381,10 +382,11 @@ def configures_ip(outdir: Path, man: Manifest) -> bool:
         return False
 
 
-def has_pci(man: Manifest) -> bool:
-    """Does the image's kernel have PCI? True where it cannot tell: a
-    kernel without it is one specialized for -M microvm alone."""
-    return bool(kernel_has(man, "pci_bus_type", unknown=True))
+def machine_of(man: Manifest) -> str | None:
+    """The one QEMU machine the image's kernel is for (None: any): the
+    manifest's, or for an image built before manifests said, its
+    configuration's."""
+    return man.machine or kernel.config_machine(man.config)
 
 
 def has_block_device(man: Manifest) -> bool:

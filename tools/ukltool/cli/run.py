@@ -143,17 +143,21 @@ def check_pid1_run(a: argparse.Namespace, man: image.Manifest, sh: str | None,
         ui.warn(f"--append {own_ip[-1]}: QEMU forwards the ports to {netns.GUEST_IP}, which eth0 will not have")
 
 
-def run_machine(asked: str | None, man: image.Manifest, outdir: Path) -> str:
-    """The machine to boot OUTDIR's image on: ASKED, else pc, or microvm
-    for a kernel specialized for it alone (no PCI), which -M pc refuses."""
-    if image.has_pci(man):
+def run_machine(asked: str | None, man: image.Manifest, outdir: Path, remote: bool) -> str:
+    """The machine to boot OUTDIR's image on: ASKED, else the one its kernel
+    was specialized for, else pc. A kernel for microvm alone has no PCI,
+    which -M pc's ACPI tables and network device and the remote-call ring
+    need."""
+    only = image.machine_of(man)
+    if only is None:
         return asked or "pc"
-    if asked == "pc":
-        raise UklError(f"the kernel of {outdir} was specialized for -M microvm alone (it has no PCI, which "
-                       "-M pc's ACPI tables reach)", "run with --machine microvm, or rebuild without --machine")
+    if asked not in (None, only) or remote:
+        what = "--remote (its ring is a PCI device)" if remote else f"--machine {asked}"
+        raise UklError(f"{what}: the kernel of {outdir} was specialized for -M {only} alone (no PCI)",
+                       f"run it under --machine {only}, or rebuild without --machine {only}")
     if asked is None:
-        ui.info("booting under -M microvm: the image's kernel was specialized for it")
-    return "microvm"
+        ui.info(f"booting under -M {only}: the image's kernel was specialized for it")
+    return only
 
 
 def cmd_run(a: argparse.Namespace) -> int:
@@ -193,7 +197,7 @@ def cmd_run(a: argparse.Namespace) -> int:
                        "(a specialized kernel gets one where the application's code can listen or reach "
                        "another address)",
                        "rebuild with --specialize --kconfig nic:WHY to add it, or without --specialize")
-    a.machine = run_machine(a.machine, man, a.outdir)
+    a.machine = run_machine(a.machine, man, a.outdir, a.remote is not None)
     vm.check_machine(vm.RunSpec(bzimage=a.outdir / "bzImage", initrds=[], log=log, machine=a.machine,
                                 remote=a.remote))
     if a.pid1:

@@ -42,6 +42,23 @@ def special_fragment(name: str) -> Path:
     return cache_dir() / "specialize" / "configs" / f"{name}.config"
 
 
+MACHINE_HEADER = re.compile(r"^#\s*ukl-specialized-for:\s*(\S+)\s*$", re.M)
+
+
+def config_machine(name: str) -> str | None:
+    """The one QEMU machine configuration NAME (a profile's configuration
+    included) is for: a specialized configuration's `# ukl-specialized-for:`
+    header (`ukl build --specialize --machine`); None: any machine."""
+    config = profiles.parse(name).config
+    if not config.startswith(SPECIAL_PREFIX):
+        return None
+    try:
+        m = MACHINE_HEADER.search(special_fragment(config).read_text())
+    except OSError:
+        return None
+    return m.group(1) if m else None
+
+
 def config_names() -> list[str]:
     return sorted(p.stem for p in CONFIG_DIR.glob("*.config") if p.name != BASE_FRAGMENT)
 

@@ -298,7 +298,7 @@ def build(outdir: Path, tag: str | None = None, hypervisor: str = "qemu", start:
     WARN: say what urunc changes in its arguments."""
     man = image.load(outdir)  # refuses what is not a build result
     hypervisor = check_hypervisor(hypervisor)
-    if hypervisor == "qemu" and not image.has_pci(man):
+    if hypervisor == "qemu" and image.machine_of(man) == "microvm":
         # urunc's qemu monitor gives x86 guests QEMU's default machine (pc)
         # and a virtio-net-pci device (pkg/unikontainers/hypervisors/qemu.go)
         raise UklError(f"the kernel of {outdir} was specialized for -M microvm alone (it has no PCI), but urunc's "

@@ -267,14 +267,16 @@ def microvm_tcg_args(spec: RunSpec, accel: str) -> list[str]:
 
 
 def image_machine(bzimage: Path) -> str:
-    """The machine an image boots on unless told: pc, or microvm where its
-    kernel has no PCI (specialized for -M microvm alone, whose ACPI tables
-    need none; -M pc's reach PCI configuration space)."""
+    """The machine an image boots on unless told: the one its kernel was
+    specialized for (`--specialize --machine microvm`: no PCI, which -M
+    pc's ACPI tables and network device need), else pc. From the manifest
+    beside the bzImage (image.machine_of())."""
     try:
         man = image.load(bzimage.parent)
     except UklError:
         return "pc"  # a kernel without ukl's manifest beside it
-    return "pc" if image.has_pci(man) else "microvm"
+    machine = image.machine_of(man)
+    return machine if machine in MACHINES else "pc"
 
 
 def with_machine(spec: RunSpec) -> RunSpec:
@@ -282,6 +284,7 @@ def with_machine(spec: RunSpec) -> RunSpec:
 
 
 def check_machine(spec: RunSpec) -> None:
+    spec = with_machine(spec)
     if spec.machine not in MACHINES:
         raise UklError(f"unknown machine '{spec.machine}'", f"choose from {', '.join(MACHINES)}")
     if spec.machine == "microvm" and spec.remote is not None:
