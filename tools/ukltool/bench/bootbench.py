@@ -505,10 +505,13 @@ FREED_PAD = re.compile(r"Freeing unused kernel image \(UKL bss padding\) memory:
 
 
 def oci_layer_bytes(outdir: Path) -> int | None:
-    """The bytes of the layer `ukl pkg --oci` ships for OUTDIR; None for an
-    image ukl pkg refuses (arguments urunc cannot pass)."""
+    """The bytes of the layer `ukl pkg --oci` ships for OUTDIR (for urunc's
+    firecracker monitor where the kernel is for -M microvm alone, which its
+    qemu monitor cannot boot); None for an image ukl pkg refuses
+    (arguments urunc cannot pass)."""
     try:
-        return len(ocipkg.build(outdir, warn=False).layer.data)
+        hypervisor = "firecracker" if image.machine_of(image.load(outdir)) == "microvm" else "qemu"
+        return len(ocipkg.build(outdir, hypervisor=hypervisor, warn=False).layer.data)
     except UklError:
         return None
 
@@ -1041,7 +1044,8 @@ def markdown(report: Report, plot_file: Path | None, md_file: Path | None = None
                                     if md_file is not None and md_file.stem.startswith("results-") else "")
              + " Per application and configuration: the "
              "bytes a VMM loads (bzImage and initramfs), what a user ships (the OCI image's one gzip layer, "
-             "`ukl pkg --oci`), the uncompressed kernel's (vmlinux) text, data and bss; "
+             "`ukl pkg --oci`; `--hypervisor firecracker`, with the uncompressed kernel, for a kernel specialized for "
+             "microvm alone), the uncompressed kernel's (vmlinux) text, data and bss; "
              "the guest time from the kernel's first instruction to the application's `main()` "
              + ("under `-icount shift=0,sleep=off` (one ns per instruction, idle waits at their length)"
                 if report.icount else "(no `--icount`: no guest time)")
