@@ -54,6 +54,8 @@ int main(int argc, char **argv)
 			ssize_t got = read(fd, buf, sizeof(buf));
 
 			if (got <= 0) {
+				if (got < 0)
+					perror("tcp-echo: read");
 				close(fd);
 				closed++;
 				continue;
@@ -61,8 +63,10 @@ int main(int argc, char **argv)
 			for (ssize_t off = 0; off < got;) {
 				ssize_t w = write(fd, buf + off, got - off);
 
-				if (w <= 0)
+				if (w <= 0) {
+					perror("tcp-echo: write");
 					break;
+				}
 				off += w;
 			}
 		}

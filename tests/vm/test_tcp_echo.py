@@ -85,7 +85,12 @@ def test_echo_from_the_host(outdir, config, how):
                     if not chunk:
                         break
                     got += chunk
-            assert got == payload, f"client {n}: {len(got)} of {len(payload)} bytes came back intact"
+            if got != payload:
+                proc.kill()
+                output, _ = proc.communicate()
+                where = "a prefix" if payload.startswith(got) else "not a prefix"
+                pytest.fail(f"client {n}: {len(got)} of {len(payload)} bytes came back ({where} of what was sent); "
+                            f"the server said:\n{output[-3000:]}")
         output, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, output
     assert "tcp-echo: listening on port 7777" in output
