@@ -148,10 +148,12 @@ results-suites: setup
 	./ukl libc tests --json docs/results/glibc-tests.json --markdown docs/results/glibc-tests.md
 
 # Secrecy's GROUP-BY on three guests (root: a bridge in a network namespace;
-# docs/results/results-secrecy.md, read with docs/design/secrecy.md).
+# docs/results/results-secrecy.md, read with docs/design/secrecy.md), each
+# party's instructions and modelled cycles counted by our QEMU plugin.
 .PHONY: results-secrecy
 results-secrecy: setup
-	./ukl bench secrecy --rows 128,1024 --spin-rows 128 --repeat 3 --json docs/results/results-secrecy.json \
+	./ukl bench secrecy --rows 128,1024 --spin-rows 128 --repeat 3 --count-insns \
+		--json docs/results/results-secrecy.json \
 		--markdown docs/results/results-secrecy.md --plot docs/results/results-secrecy.png
 
 # Every report of docs/results/ (hours under TCG).

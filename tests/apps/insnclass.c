@@ -7,12 +7,19 @@
  *   insnclass     runs ROUNDS iterations of region REGION and prints
  *                 "INSNCLASS region R rounds N xsave X" (X: 1 when XSAVE and
  *                 XRSTOR ran, which needs CR4.OSXSAVE)
+ *   insnclass migrate
+ *                 one iteration of region MIGRATE_REGION that begins on CPU 0,
+ *                 moves to CPU 1 after a round and ends there after a second
+ *                 (for the plugin's machine=on), and prints
+ *                 "INSNCLASS migrate cpus A B xsave X" (A, B: the CPUs the
+ *                 rounds ran on)
  */
 #include "../../runtime/freestanding.h"
 #include "../../guest/bench/region.h"
 
 #define REGION 7
 #define ROUNDS 10
+#define MIGRATE_REGION 8
 
 static unsigned char xbuf[4096] __attribute__((aligned(64)));
 
@@ -54,11 +61,34 @@ static void round_(int xsave)
 		__asm__ volatile("xsave64 %0\n\txrstor64 %0" : "+m"(xbuf) : "a"(3), "d"(0) : "memory");
 }
 
+/* Bind the calling thread to CPU alone; the CPU it then runs on */
+static long on_cpu(int cpu)
+{
+	unsigned long mask = 1UL << cpu;
+	unsigned int now = ~0u;
+
+	if (sys(__NR_sched_setaffinity, 0, sizeof(mask), &mask) < 0)
+		return -1;
+	sys(__NR_getcpu, &now, 0, 0);
+	return now;
+}
+
 int main(int argc, char **argv, char **envp)
 {
 	int xsave = osxsave();
 
-	(void)argc, (void)argv, (void)envp;
+	(void)envp;
+	if (argc > 1 && seq(argv[1], "migrate")) {
+		long a = on_cpu(0), b;
+
+		REGION_BEGIN(MIGRATE_REGION);
+		round_(xsave);
+		b = on_cpu(1);
+		round_(xsave);
+		REGION_END(MIGRATE_REGION);
+		say("INSNCLASS migrate cpus %ld %ld xsave %d\n", a, b, xsave);
+		return 0;
+	}
 	for (int r = 0; r < ROUNDS; r++) {
 		REGION_BEGIN(REGION);
 		round_(xsave);

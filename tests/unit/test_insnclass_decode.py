@@ -164,6 +164,24 @@ def test_bench_region_h_emits_what_the_decoder_reads(tmp_path):
         assert marker in text, marker
 
 
+def test_the_mpi_subset_marks_its_run_as_one_region(tmp_path, decoder):
+    """guest/mpi/ukl-mpi.c writes region.h's markers out: MPI_Init's
+    return begins region 1 and MPI_Finalize ends it, once each (what `ukl
+    bench secrecy` counts)."""
+    obj = tmp_path / "m.o"
+    subprocess.run(["gcc", "-std=gnu11", "-O2", "-c", "-o", str(obj), str(REPO / "guest" / "mpi" / "ukl-mpi.c")],
+                   check=True)
+    text = subprocess.run(["objdump", "-d", str(obj)], capture_output=True, text=True, check=True).stdout
+    found, func = [], ""
+    for line in text.splitlines():
+        if line.endswith(">:"):
+            func = line.split("<")[1].rstrip(">:")
+        elif "0f 1f 80" in line and "4b 55" in line:
+            name, marker, _, region = decoder(line.split("\t")[1])
+            found.append((func, marker, region))
+    assert found == [("MPI_Init", BEGIN, 1), ("MPI_Finalize", END, 1)], found
+
+
 def test_the_plugin_builds_once_per_source(tmp_path, monkeypatch):
     monkeypatch.setenv("UKL_CACHE", str(tmp_path))
     so = insnclass.build()

@@ -570,6 +570,30 @@ def test_cluster_nodes_get_an_address_a_rank_and_their_peers():
     assert cmd[:3] == ["setpriv", "--pdeathsig", "TERM"]   # a node outlives no cluster
     assert cmd[4:9] == ["run", "out/x", "--tap", "ukltap2", "--mac"] and cmd[-3:] == ["--", "128", "1"]
     assert "--append=UKL_RANK=2" in cmd and "--icount" in cmd
+    counted = cluster.run_command(Path("out/x"), 2, 3, Path("l/node2.log"), [], ["1"], count_insns=True)
+    assert counted[-4:] == ["--count-insns", "l/node2.insns.json", "--", "1"]
+    # the report and the plugin's temporary file are checked as the logs are
+    assert {Path("l/node2.insns.json"), Path("l/node2.insns.json.partial")} <= set(cluster.node_files(Path("l"), 2))
+
+
+@pytest.mark.parametrize("where,refused", [("nodir/r.json", "is not a directory"),
+                                           ("adir", "exists and is not a plain file"),
+                                           ("link.json", "exists and is not a plain file")])
+def test_run_refuses_an_instruction_report_it_cannot_write(capsys, tmp_path, where, refused):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "manifest.json").write_text(
+        '{"config": "base", "app": "a", "vmlinux": "/nonexistent/vmlinux", "kernel_release": "r", '
+        '"kernel_key": "k", "linux_version": "v", "schema": 2, "userspace": false, "args": [], "forwards": []}')
+    (out / "bzImage").write_bytes(b"")
+    (out / "initramfs.cpio").write_bytes(b"")
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "victim").write_text("x")
+    (tmp_path / "link.json").symlink_to(tmp_path / "victim")
+    assert cli.main(["run", str(out), "--count-insns", str(tmp_path / where)]) == 2
+    err = capsys.readouterr().err
+    assert refused in err and "hint:" in err and "Traceback" not in err, err
+    assert (tmp_path / "victim").read_text() == "x"
 
 
 def test_a_recipe_says_how_many_guests_its_default_run_needs(tmp_path, monkeypatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -75,8 +76,14 @@ class FakeCluster:
         self.runs = 0
         self.saved_before: list[int] = []   # runs in the JSON file before each run
 
-    def __call__(self, out, profile, args, timeout, extra):
+    def __call__(self, out, profile, args, timeout, extra, count_insns=False):
         from ukltool.run import cluster
+        if count_insns:   # rank K executes 1000 * (K + 1) instructions per row, 2 SYSCALLs per row
+            logs = sb._logs(out, profile, args)
+            logs.mkdir(parents=True, exist_ok=True)
+            rows = int(args[0])
+            for k in range(sb.NODES):
+                cluster.node_insns(logs, k).write_text(plugin_report(1000 * (k + 1) * rows, {"syscall": 2 * rows}))
         if not args:
             if self.fail_test:
                 raise UklError(f"{profile}: node 2 failed (status 1) running the test", "see node2.log")
@@ -90,6 +97,15 @@ class FakeCluster:
         return cluster.ClusterResult([0, 0, 0], [], None, outputs(f"{self.runs}.000"), 7.0, 33000, 2_000_000)
 
 
+def plugin_report(insns: int, counts: dict[str, int], iterations: int = 1) -> str:
+    """What the plugin writes with one MPI region of INSNS and COUNTS."""
+    from ukltool.plugin import insnclass
+    region = {"id": sb.MPI_REGION, "iterations": iterations, "insns": insns, "counts": counts,
+              "mode": {"iterations": iterations, "counts": counts}}
+    return json.dumps({"plugin": "insnclass", "format": 1, "classes": [*insnclass.CLASSES, insnclass.OTHER],
+                       "total": {"insns": insns * 2, "counts": counts}, "unbalanced": 0, "regions": [region]})
+
+
 @pytest.fixture
 def no_vm(monkeypatch, tmp_path):
     """sb.run's images, kernels, tools and accelerator, without building or booting."""
@@ -100,9 +116,11 @@ def no_vm(monkeypatch, tmp_path):
     monkeypatch.setattr(sb.vm, "choose_accel", lambda *a: "tcg")
     monkeypatch.setattr(sb.benchcommon, "machine", lambda: "host")
 
-    def bench(fake: FakeCluster) -> sb.Report:
+    monkeypatch.setattr(sb, "_logs", lambda out, profile, args: tmp_path / "logs" / f"{profile}-{'-'.join(args)}")
+
+    def bench(fake: FakeCluster, count_insns: bool = False) -> sb.Report:
         monkeypatch.setattr(sb, "_cluster", fake)
-        return sb.run(["linux", "base"], [(128, "block")], 3, 60, json_path=fake.json_path)
+        return sb.run(["linux", "base"], [(128, "block")], 3, 60, json_path=fake.json_path, count_insns=count_insns)
     return bench
 
 
@@ -163,3 +181,37 @@ def test_a_complete_run_is_saved_whole(no_vm, tmp_path):
     assert report.complete() and report.stopped is None
     assert sb.load_json(path) == report
     assert "Incomplete" not in sb.markdown(report, None, "./ukl bench secrecy")
+
+
+def test_counted_runs_report_instructions_and_modelled_cycles_per_row(no_vm, tmp_path):
+    path = tmp_path / "s.json"
+    report = no_vm(FakeCluster(path), count_insns=True)
+    assert report.model is not None and report.accel == "tcg"
+    run = report.points[0].runs[0]
+    assert [c.insns for c in run.counted] == [128_000, 256_000, 384_000]
+    assert sb.load_json(path) == report
+    md = sb.markdown(report, None, "./ukl bench secrecy --count-insns")
+    assert "Counted (`--count-insns`)" in md
+    # per row: 1000, 2000, 3000 instructions; 6 SYSCALLs over the 3 parties, each 1 + extra cycles
+    want = 6000 + 6 * report.model.extra["syscall"]
+    row = next(line for line in md.splitlines() if line.startswith("| base | 1,000 ± 0; 2,000 ± 0; 3,000 ± 0 |"))
+    assert row == f"| base | 1,000 ± 0; 2,000 ± 0; 3,000 ± 0 | {want:,.0f} | 1.00 | syscall 6.0 |", row
+
+
+def test_a_node_without_one_mpi_region_is_an_error(tmp_path):
+    from ukltool.run import cluster
+    for k in range(sb.NODES):
+        cluster.node_insns(tmp_path, k).write_text(plugin_report(10, {}))
+    assert len(sb.read_counted(tmp_path)) == sb.NODES
+    cluster.node_insns(tmp_path, 1).write_text(plugin_report(10, {}, iterations=2))
+    with pytest.raises(UklError, match="node 1: the plugin saw 2 iterations of the MPI region"):
+        sb.read_counted(tmp_path)
+    cluster.node_insns(tmp_path, 1).write_text(plugin_report(10, {}))
+    cluster.node_insns(tmp_path, 2).unlink()
+    with pytest.raises(UklError, match="node 2 wrote no instruction counts"):
+        sb.read_counted(tmp_path)
+
+
+def test_counting_refuses_kvm():
+    with pytest.raises(UklError, match="needs TCG"):
+        sb.run(["linux"], [(128, "block")], 1, 60, accel="kvm", count_insns=True)

@@ -15,7 +15,7 @@ from ukltool.plugin import cyclemodel, insnclass
 from ukltool.run import vm
 
 SRC = REPO / "tests" / "apps" / "insnclass.c"
-REGION, ROUNDS = 7, 10
+REGION, ROUNDS, MIGRATE_REGION = 7, 10, 8
 # Per round (tests/apps/insnclass.c): in ring 3, and in the kernel's
 # getppid() path (linux: SYSCALL in, SWAPGS, STI in the entry work, CLI
 # before the exit, SWAPGS, SYSRET out).
@@ -67,6 +67,37 @@ def test_the_plugin_counts_each_class_exactly(outdir):
     for cls, n in per_round.items():
         assert counts.counts.get(cls, 0) >= n * ROUNDS, cls
     assert counts.insns > r.insns > 0
+
+
+def test_a_machine_wide_region_counts_every_vcpu(outdir):
+    """machine=on (`ukl run --count-insns`): a region that begins on one
+    vCPU and ends on another is one iteration holding both halves; the
+    per-vCPU regions see an end without a begin there."""
+    out = build(SRC, "linux", outdir / "insnclass-migrate", "--freestanding")
+    got = {}
+    for machine in (False, True):
+        report = out / f"insnclass-{machine}.json"
+        with tempfile.TemporaryDirectory(prefix="ukl-test-") as td:
+            args = initramfs.args_archive(["migrate"], Path(td))
+            res = vm.boot(vm.RunSpec(bzimage=out / "bzImage", initrds=[out / "initramfs.cpio", args],
+                                     log=out / "console.log", timeout=300, smp=2, accel="tcg", show=False,
+                                     plugins=[insnclass.option(insnclass.build(), report, machine=machine)]))
+        console = (out / "console.log").read_text(errors="replace")
+        assert res.code == 0, console[-3000:]
+        assert_clean(out / "console.log")
+        line = next(ln for ln in console.splitlines() if ln.startswith("INSNCLASS migrate "))
+        assert line.startswith("INSNCLASS migrate cpus 0 1 "), line
+        got[machine] = insnclass.parse_report(report.read_text(), str(report))
+    per_vcpu, machine_wide = got[False], got[True]
+    assert MIGRATE_REGION not in per_vcpu.regions and per_vcpu.unbalanced >= 1
+    assert machine_wide.unbalanced == 0
+    r = machine_wide.regions[MIGRATE_REGION]
+    assert r.iterations == 1
+    # both rounds, and the migration's kernel work on both vCPUs
+    for cls, n in PER_ROUND.items():
+        assert r.counts.get(cls, 0) >= 2 * n, (cls, r.counts)
+    assert r.counts["popf"] == 2 * PER_ROUND["popf"], r.counts   # ring 3's alone: Linux executes none
+    assert machine_wide.insns > r.insns > 0
 
 
 def test_returns_to_the_application_do_not_clear_cpu_buffers(outdir):

@@ -26,6 +26,14 @@
  * what a typical iteration executes, without the rare timer interrupt that
  * the sums include).
  *
+ * With machine=on a region is the machine's instead: from a begin on any
+ * vCPU to the next end on any vCPU, what every vCPU executes is added to it
+ * (for a guest with several vCPUs whose measured thread may move between
+ * them, and whose interrupts and kernel threads run on either: `ukl bench
+ * secrecy`). The vCPU that runs the marker is counted to the marker; the
+ * others to the start of the block each was executing (their counts are read
+ * while they run, so each may be off by one block).
+ *
  * Profile (profile=on, one vCPU): per region, how often each translation
  * block ran while the region was open, with the addresses of the block's
  * instructions, so the tool can say which functions the instructions were
@@ -372,6 +380,9 @@ static int selected = -1;		/* for "begin selected" markers (global) */
 static uint64_t unbalanced, restarted, unselected;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static char *out_path;
+static int machine_wide;		/* machine=on: regions count every vCPU */
+static struct vcpu machine;		/* machine=on: the open region, under machine_lock */
+static pthread_mutex_t machine_lock = PTHREAD_MUTEX_INITIALIZER;	/* taken before lock */
 
 /* profile=on: a translated block, and its executions per region (newest
  * region first; a region that comes back gets a second entry, summed by
@@ -496,19 +507,26 @@ static void add_iteration(unsigned int id, uint64_t insns, const uint64_t *cls)
  * left in its TB << 20 */
 #define UD_LEFT_SHIFT 20
 
-static void on_marker(unsigned int index, void *udata)
+/* machine=on: every vCPU's instructions and classed instructions so far
+ * (into CLS); LEFT: those left in the calling vCPU's block */
+static uint64_t machine_now(uint64_t left, uint64_t *cls)
 {
-	uintptr_t u = (uintptr_t)udata;
-	enum marker kind = u & 3;
-	int id = (int)(u >> 3 & (REGION_MAX - 1));
-	struct vcpu *v = vcpu(index);
-	uint64_t now = insns_now(v, u >> UD_LEFT_SHIFT);
+	uint64_t n = 0;
 
-	if (kind == MARK_SELECT) {
-		__atomic_store_n(&selected, id, __ATOMIC_RELAXED);
-		return;
+	memset(cls, 0, NCLASSES * sizeof(*cls));
+	for (unsigned int i = 0; i < nvcpus; i++) {
+		n += __atomic_load_n(&vcpus[i].insns, __ATOMIC_RELAXED);
+		for (int c = 0; c < NCLASSES; c++)
+			cls[c] += __atomic_load_n(&vcpus[i].cls[c], __ATOMIC_RELAXED);
 	}
-	if (kind == MARK_BEGIN) {
+	return (use_inline ? inline_insns : n) - left;
+}
+
+/* A begin or end marker of region ID (U: its udata) for the region state
+ * V, when NOW instructions and CLS classed ones have executed */
+static void mark(struct vcpu *v, uintptr_t u, int id, uint64_t now, const uint64_t *cls)
+{
+	if ((u & 3) == MARK_BEGIN) {
 		if (u & 4) {
 			id = __atomic_load_n(&selected, __ATOMIC_RELAXED);
 			if (id < 0) {
@@ -522,7 +540,7 @@ static void on_marker(unsigned int index, void *udata)
 			__atomic_fetch_add(&restarted, 1, __ATOMIC_RELAXED);
 		v->region = id;
 		v->begin_insns = now;
-		memcpy(v->begin_cls, v->cls, sizeof(v->cls));
+		memcpy(v->begin_cls, cls, sizeof(v->begin_cls));
 		return;
 	}
 	if (v->region < 0 || (!(u & 4) && v->region != id)) {
@@ -534,7 +552,7 @@ static void on_marker(unsigned int index, void *udata)
 	uint64_t d[NCLASSES];
 
 	for (int c = 0; c < NCLASSES; c++)
-		d[c] = v->cls[c] - v->begin_cls[c];
+		d[c] = cls[c] - v->begin_cls[c];
 	/* "other" = all instructions but the classed ones */
 	uint64_t all = now - v->begin_insns, classed = 0;
 
@@ -545,6 +563,28 @@ static void on_marker(unsigned int index, void *udata)
 	add_iteration((unsigned int)id, all, d);
 	pthread_mutex_unlock(&lock);
 	v->region = -1;
+}
+
+static void on_marker(unsigned int index, void *udata)
+{
+	uintptr_t u = (uintptr_t)udata;
+	int id = (int)(u >> 3 & (REGION_MAX - 1));
+	struct vcpu *v = vcpu(index);
+
+	if ((u & 3) == MARK_SELECT) {
+		__atomic_store_n(&selected, id, __ATOMIC_RELAXED);
+		return;
+	}
+	if (machine_wide) {
+		uint64_t cls[NCLASSES], now;
+
+		pthread_mutex_lock(&machine_lock);
+		now = machine_now(u >> UD_LEFT_SHIFT, cls);
+		mark(&machine, u, id, now, cls);
+		pthread_mutex_unlock(&machine_lock);
+		return;
+	}
+	mark(v, u, id, insns_now(v, u >> UD_LEFT_SHIFT), v->cls);
 }
 
 static uint64_t wall_now_ns(void)
@@ -833,12 +873,14 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
 			profile = PROFILE_POINTS;
 		else if (!strcmp(argv[i], "stop=last"))
 			stop_at_last = 1;
+		else if (!strcmp(argv[i], "machine=on"))
+			machine_wide = 1;
 		else if (!strncmp(argv[i], "at=", 3)) {
 			if (parse_points(argv[i] + 3))
 				return -1;
 		} else {
 			fprintf(stderr, "insnclass: unknown argument '%s' (out=PATH, inline=on|off, "
-				"profile=on|points, at=ADDR:..., stop=last)\n", argv[i]);
+				"profile=on|points, at=ADDR:..., stop=last, machine=on)\n", argv[i]);
 			return -1;
 		}
 	}
@@ -864,6 +906,10 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
 		fprintf(stderr, "insnclass: profile=points needs at=ADDR:...\n");
 		return -1;
 	}
+	if (profile == PROFILE_REGIONS && machine_wide) {
+		fprintf(stderr, "insnclass: profile=on counts a vCPU's regions, not machine=on's\n");
+		return -1;
+	}
 	if (profile && nvcpus != 1) {
 		fprintf(stderr, "insnclass: profile=%s needs one vCPU (-smp 1), not %u\n",
 			profile == PROFILE_POINTS ? "points" : "on", nvcpus);
@@ -874,6 +920,7 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
 		return -1;
 	for (unsigned int v = 0; v < nvcpus; v++)
 		vcpus[v].region = -1;
+	machine.region = -1;
 	use_inline = inline_arg >= 0 ? inline_arg
 		: info->system_emulation && info->system.max_vcpus == 1;
 	wall_start_ns = wall_now_ns();

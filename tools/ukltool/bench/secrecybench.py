@@ -14,7 +14,14 @@ are dropped (2 of 20: REPEAT // 10) before the mean. Per run it records:
   MPI_Isend) and of the receive calls (MPI_Recv, MPI_Wait, MPI_Waitall),
   and how often the party went to sleep (its voluntary context switches)
   and was preempted;
-- the TCP segments and bytes the bridge forwarded between the guests.
+- the TCP segments and bytes the bridge forwarded between the guests;
+- with --count-insns, per party, what its guest executed (every vCPU: the
+  party, its kernel, interrupts and the idle loop) from MPI_Init's return
+  to MPI_Finalize's call (the MPI subset marks that span as region
+  UKL_MPI_REGION for our QEMU plugin, `ukl run --count-insns`): the
+  instructions, the classed ones, and the cycles cyclemodel's cost table
+  models for them. Every run of such a report has the plugin loaded, which
+  slows TCG: its times are not comparable with a report's without it.
 
 Per configuration, Secrecy's own GROUP-BY test (apps/secrecy-tests) is
 run once and its opened results compared with linux's: exp_group_by's
@@ -38,6 +45,7 @@ from typing import Any
 from ukltool.apps import recipes
 from ukltool.bench import benchcommon
 from ukltool.build import image
+from ukltool.plugin import cyclemodel, insnclass
 from ukltool.run import cluster, netns, vm
 from ukltool.util import reporting, ui
 from ukltool.util.errors import UklError
@@ -49,6 +57,7 @@ BATCH = 1
 DEFAULT_CONFIGS = ["linux", "base", "base+ret+byp", "base+ret+byp+shortcut"]
 DEFAULT_ROWS = [128, 1024]
 WAITS = ("block", "spin")
+MPI_REGION = 1   # guest/mpi/ukl-mpi.c's UKL_MPI_REGION: MPI_Init's return .. MPI_Finalize's call
 GROUP_BY = re.compile(r"(\d+)\tGROUP-BY\t(\d+\.\d+)")
 STATS = re.compile(r"ukl-mpi: rank (\d+) stats send (\d+) (\d+) (\d+) recv (\d+) (\d+) (\d+) polls (\d+) "
                    r"sleeps (\d+) vcsw (\d+) ivcsw (\d+)")
@@ -73,12 +82,31 @@ class Party:
 
 
 @dataclass
+class Counted:
+    """What one party's guest executed in the MPI region (--count-insns)."""
+    insns: int                 # every vCPU's instructions
+    counts: dict[str, int]     # classed instructions per class (nonzero only)
+
+    def cycles(self, extra: dict[str, float]) -> float:
+        return cyclemodel.cycles(self.insns, self.counts, extra)
+
+
+@dataclass
 class Run:
     seconds: float        # rank 0's GROUP-BY, guest clock
     wall: float           # the cluster run on the host
     tcp_segments: int
     tcp_bytes: int
     parties: list[Party]
+    counted: list[Counted] | None = None   # per rank, with --count-insns
+
+
+@dataclass
+class CostModel:
+    """The cost table the modelled cycles were computed with."""
+    cpu: str
+    cpu_name: str
+    extra: dict[str, float]
 
 
 @dataclass
@@ -105,6 +133,7 @@ class Report:
     points: list[Point] = field(default_factory=list)
     accel: str | None = None   # the nodes' accelerator (tcg, kvm); None: not recorded
     stopped: str | None = None  # why the runs stopped before all were done (saved midway: None)
+    model: CostModel | None = None  # with --count-insns: every run's instructions, and this table
 
     def runs_done(self) -> int:
         return sum(len(p.runs) for p in self.points)
@@ -143,6 +172,26 @@ def parse_run(outputs: list[list[str]], wall: float, segments: int, nbytes: int,
     return Run(seconds, wall, segments, nbytes, sorted(parties, key=lambda p: p.rank))
 
 
+def read_counted(log_dir: Path) -> list[Counted]:
+    """Each node's MPI region from its plugin report in LOG_DIR: one
+    iteration, or the run's counts are not what they claim."""
+    out = []
+    for i in range(NODES):
+        path = cluster.node_insns(log_dir, i)
+        try:
+            report = insnclass.parse_report(path.read_text(), str(path))
+        except FileNotFoundError:
+            raise UklError(f"node {i} wrote no instruction counts ({path})",
+                           "see its console log: did QEMU end normally?") from None
+        r = report.regions.get(MPI_REGION)
+        if r is None or r.iterations != 1 or report.unbalanced:
+            seen = "no region" if r is None else f"{r.iterations} iterations"
+            raise UklError(f"node {i}: the plugin saw {seen} of the MPI region ({report.unbalanced} unbalanced "
+                           "ends); one was expected", "is the image built with the current guest/mpi?")
+        out.append(Counted(r.insns, {c: n for c, n in r.counts.items() if c != insnclass.OTHER and n}))
+    return out
+
+
 def _image(name: str, config: str) -> Path:
     out = cache_dir() / "bench" / "secrecy" / f"{name}-{config}"
     image.build(recipes.image_spec(recipes.load(name), config, out))
@@ -153,11 +202,17 @@ def _opts(profile: str) -> list[str]:
     return [f"--opts={','.join(profile.split('+')[1:])}"] if "+" in profile else []
 
 
-def _cluster(out: Path, profile: str, args: list[str], timeout: float, extra: list[str]) -> cluster.ClusterResult:
-    """One cluster run; the nodes' logs are kept (the last run's) in the cache."""
-    logs = cache_dir() / "bench" / "secrecy" / "logs" / f"{out.name}-{profile}-{'-'.join(args) or 'test'}"
+def _logs(out: Path, profile: str, args: list[str]) -> Path:
+    return cache_dir() / "bench" / "secrecy" / "logs" / f"{out.name}-{profile}-{'-'.join(args) or 'test'}"
+
+
+def _cluster(out: Path, profile: str, args: list[str], timeout: float, extra: list[str],
+             count_insns: bool = False) -> cluster.ClusterResult:
+    """One cluster run; the nodes' logs (and with COUNT_INSNS their
+    instruction counts) are kept, the last run's, in the cache (_logs)."""
+    logs = _logs(out, profile, args)
     res = cluster.run(out, NODES, logs, ["--timeout", str(timeout), *_opts(profile), *extra], args,
-                      show=False, count_tcp=True)
+                      show=False, count_tcp=True, count_insns=count_insns)
     if res.failed is not None:
         raise UklError(f"{profile}: node {res.failed} failed (status {res.codes[res.failed]}) running "
                        f"{' '.join(args) or 'the test'}", f"see {cluster.node_log(logs, res.failed)}")
@@ -179,11 +234,15 @@ def _save_midway(report: Report, points: dict[tuple[str, int, str], Point], path
 
 
 def run(configs: list[str], cases: list[tuple[int, str]], repeat: int, timeout: float,
-        accel: str | None = None, json_path: Path | None = None) -> Report:
+        accel: str | None = None, json_path: Path | None = None, count_insns: bool = False) -> Report:
     """CASES: (rows, block or spin) pairs, each run under every configuration;
     ACCEL: kvm or tcg (None: as `ukl run` chooses); JSON_PATH: where the
     report is saved after every cluster run, so that a failure keeps the
-    runs done (--json)."""
+    runs done (--json); COUNT_INSNS: every run under our QEMU plugin
+    (TCG), each party's MPI region counted and its cycles modelled."""
+    if count_insns and accel == "kvm":
+        raise UklError("--count-insns counts with a QEMU plugin, which needs TCG, not --accel kvm",
+                       "leave out --accel, or --count-insns")
     configs = benchcommon.baseline(configs)
     for rows, wait in cases:
         if wait not in WAITS:
@@ -196,6 +255,10 @@ def run(configs: list[str], cases: list[tuple[int, str]], repeat: int, timeout: 
         raise UklError(why, "run as root on a host with /dev/net/tun")
     need_tool("nft", "nftables")
     report = Report(benchcommon.machine(), configs, list(dict.fromkeys(cases)), repeat, repeat // 10)
+    if count_insns:
+        accel = "tcg"
+        table = cyclemodel.load_table(cyclemodel.DEFAULT_CPU)
+        report.model = CostModel(table.cpu, table.name, table.extra())
     images, tests = {}, {}
     for profile in configs:
         config = profile.split("+")[0]
@@ -247,11 +310,15 @@ def _measure(report: Report, points: dict[tuple[str, int, str], Point], images: 
     for i in range(repeat):
         for r, w in report.cases:
             for profile in configs:   # interleaved: drift in the host's speed hits every profile alike
+                out, args = images[profile.split("+")[0]], [str(r), str(BATCH)]
                 with ui.step(f"run {i + 1}/{repeat}: GROUP-BY of {r} rows under {profile} ({w})"):
-                    res = _cluster(images[profile.split("+")[0]], profile, [str(r), str(BATCH)], timeout,
-                                   [*extra, "--append=UKL_MPI_STATS=1", f"--append=UKL_MPI_WAIT={w}"])
-                points[profile, r, w].runs.append(
-                    parse_run(res.outputs, res.seconds, res.tcp_segments or 0, res.tcp_bytes or 0, r))
+                    res = _cluster(out, profile, args, timeout,
+                                   [*extra, "--append=UKL_MPI_STATS=1", f"--append=UKL_MPI_WAIT={w}"],
+                                   count_insns=report.model is not None)
+                one = parse_run(res.outputs, res.seconds, res.tcp_segments or 0, res.tcp_bytes or 0, r)
+                if report.model is not None:
+                    one.counted = read_counted(_logs(out, profile, args))
+                points[profile, r, w].runs.append(one)
                 if json_path:
                     _save_midway(report, points, json_path)
 
@@ -287,6 +354,33 @@ def summary(p: Point, drop: int) -> dict[str, Any]:
     return out
 
 
+@dataclass
+class CountSummary:
+    """A point's counted runs (the kept ones), per row."""
+    runs: int
+    insns: list[float]          # per party: mean instructions per row
+    insns_sd: list[float]       # per party: their sd between runs
+    cycles: float               # all parties: mean modelled cycles per row
+    counts: dict[str, float]    # all parties: mean classed instructions per row, per class
+
+
+def count_summary(p: Point, drop: int, extra: dict[str, float]) -> CountSummary | None:
+    """P's instructions and modelled cycles per row, over its kept runs
+    that were counted; None: none was."""
+    kept = [r.counted for r in p.kept(drop) if r.counted]
+    if not kept:
+        return None
+    per_party = [[c[k].insns / p.rows for c in kept] for k in range(NODES)]
+    counts: dict[str, float] = {}
+    for c in kept:
+        for party in c:
+            for cls, n in party.counts.items():
+                counts[cls] = counts.get(cls, 0.0) + n / p.rows / len(kept)
+    return CountSummary(len(kept), [statistics.fmean(x) for x in per_party],
+                        [statistics.stdev(x) if len(x) > 1 else 0.0 for x in per_party],
+                        statistics.fmean(sum(party.cycles(extra) for party in c) / p.rows for c in kept), counts)
+
+
 def _seconds(report: Report, config: str, rows: int, wait: str) -> float | None:
     """CONFIG's mean GROUP-BY seconds at (ROWS, WAIT); None: not run (a
     report saved midway)."""
@@ -314,6 +408,16 @@ def markdown(report: Report, plot_path: Path | None, command: str) -> str:
              f"slowest {report.drop} dropped (a tenth: none below 10 runs); the configurations interleaved. "
              "Waits: MPI_Recv, MPI_Wait and MPI_Waitall calls (those waiting for an MPI_Isend to end "
              "included); sends: MPI_Send and MPI_Isend; sleeps: the party's voluntary context switches.", ""]
+    if report.model:
+        lines += [f"Counted (`--count-insns`): every run under our QEMU plugin, which slows TCG, so these times "
+                  "are not comparable with a report's without it. Per party, what its guest executed on every "
+                  "vCPU (the party, its kernel, interrupts, the idle loop) from MPI_Init's return to "
+                  "MPI_Finalize's call: Secrecy's input sharing, seed exchange and GROUP-BY, whose one round "
+                  "of messages per row is nearly all of it. Modelled cycles: each instruction one cycle, plus "
+                  f"each classed instruction's extra cycles from the cost table `{report.model.cpu}` "
+                  f"({report.model.cpu_name}; measure/costs/, docs/cycle-model.md): a model, not a "
+                  "measurement; what a real CPU would spend in cache misses, branch mispredictions and the "
+                  "idle time between rounds is in neither figure.", ""]
     lines += _incomplete(report)
     lines += ["| configuration | Secrecy's GROUP-BY test (`secrecy-tests`) |", "|---|---|"]
     lines += [f"| {c} | {report.results.get(c, 'not run')} |" for c in report.configs]
@@ -339,7 +443,33 @@ def markdown(report: Report, plot_path: Path | None, command: str) -> str:
             vs = f"{s['seconds'][0] / ref:.2f}" if ref else "-"
             lines.append(f"| {c} | {s['seconds'][0]:.3f} ± {s['seconds'][1]:.3f}{fewer} | {vs} | "
                          f"{s['wall'][0]:.1f} | {s['segments'][0]:,.0f} | {recv} | {send} | {sleeps} |")
+        if report.model:
+            lines += _counted_table(report, pts)
     return "\n".join(lines) + "\n"
+
+
+def _counted_table(report: Report, pts: dict[str, Point]) -> list[str]:
+    """Per configuration: each party's instructions per row, all parties'
+    modelled cycles per row against the baseline's, and the classed
+    instructions behind them."""
+    assert report.model is not None
+    extra = report.model.extra
+    sums = {c: count_summary(p, report.drop, extra) for c, p in pts.items()}
+    ref = sums.get(report.configs[0])
+    lines = ["", "| configuration | instructions per row per party (mean ± sd between runs) | modelled cycles per "
+             f"row, 3 parties | vs {report.configs[0]} | classed instructions per row, 3 parties |",
+             "|---|---|---|---|---|"]
+    for c in report.configs:
+        cs = sums.get(c)
+        if cs is None:
+            lines.append(f"| {c} | not counted | | | |")
+            continue
+        insns = "; ".join(f"{m:,.0f} ± {d:,.0f}" for m, d in zip(cs.insns, cs.insns_sd, strict=True))
+        vs = f"{cs.cycles / ref.cycles:.2f}" if ref else "-"
+        classed = ", ".join(f"{cls} {cs.counts[cls]:.1f}" for cls in insnclass.CLASSES
+                            if cs.counts.get(cls, 0.0) >= 0.05) or "none"
+        lines.append(f"| {c} | {insns} | {cs.cycles:,.0f} | {vs} | {classed} |")
+    return lines
 
 
 def plot(report: Report, path: Path) -> None:
@@ -372,10 +502,13 @@ def save_json(report: Report, path: Path) -> None:
 def load_json(path: Path) -> Report:
     def decode(d: dict[str, Any]) -> Report:
         def run_of(x: dict[str, Any]) -> Run:
+            counted = x.get("counted")
             return Run(x["seconds"], x["wall"], x["tcp_segments"], x["tcp_bytes"],
                        [Party(p["rank"], Calls(**p["send"]), Calls(**p["recv"]), p["polls"], p["sleeps"],
-                              p["preempted"]) for p in x["parties"]])
+                              p["preempted"]) for p in x["parties"]],
+                       None if counted is None else [Counted(c["insns"], dict(c["counts"])) for c in counted])
         points = [Point(p["config"], p["rows"], p["wait"], [run_of(x) for x in p["runs"]]) for p in d["points"]]
         return Report(d["machine"], d["configs"], [(int(r), str(w)) for r, w in d["cases"]], d["repeat"], d["drop"],
-                      d["kernels"], d["results"], points, d.get("accel"), d.get("stopped"))
+                      d["kernels"], d["results"], points, d.get("accel"), d.get("stopped"),
+                      CostModel(**d["model"]) if d.get("model") else None)
     return reporting.load_json(path, decode, "a Secrecy benchmark report", "write it with ukl bench secrecy --json")

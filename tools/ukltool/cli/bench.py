@@ -86,6 +86,9 @@ def bench_parser(sub: argparse._SubParsersAction) -> None:
                     help="runs per point (default 5); the slowest tenth is dropped (the paper: 2 of 20)")
     sb.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto",
                     help="the nodes' accelerator (default auto: KVM where it works), named in the report")
+    sb.add_argument("--count-insns", action="store_true",
+                    help="run every node under our QEMU plugin (TCG; it slows the runs): per party, the "
+                    "instructions from MPI_Init to MPI_Finalize on every vCPU, by class, and modelled cycles")
     timeout_option(sb, 1800.0)
     report_options(sb, plot=True)
     sb.set_defaults(func=cmd_bench_secrecy)
@@ -269,11 +272,13 @@ def cmd_bench_secrecy(a: argparse.Namespace) -> int:
             raise UklError(f"--rows {a.rows} --spin-rows {a.spin_rows}: not lists of numbers",
                            "for example --rows 128,1024 --spin-rows 128") from None
         report = secrecybench.run(configs_arg(a.configs), cases, a.repeat, a.timeout,
-                                  None if a.accel == "auto" else a.accel, json_path=a.json)
+                                  None if a.accel == "auto" else a.accel, json_path=a.json,
+                                  count_insns=a.count_insns)
     spin = [str(r) for r, w in report.cases if w == "spin"]
     command = f"./ukl bench secrecy --configs {','.join(report.configs)} --rows " + \
         ",".join(str(r) for r, w in report.cases if w == "block") + \
-        (f" --spin-rows {','.join(spin)}" if spin else "") + f" --repeat {report.repeat}"
+        (f" --spin-rows {','.join(spin)}" if spin else "") + f" --repeat {report.repeat}" + \
+        (" --count-insns" if report.model else "")
     text = secrecybench.markdown(report, a.plot, command)
     print(text)
     write_reports(a, lambda f: secrecybench.save_json(report, f), lambda f: secrecybench.plot(report, f),

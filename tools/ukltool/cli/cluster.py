@@ -37,6 +37,9 @@ def cluster_parser(sub: argparse._SubParsersAction) -> None:
                    help="extra kernel command line for every node")
     c.add_argument("--log-dir", type=Path, metavar="DIR",
                    help="where each node's console log goes, as nodeI.log (default OUTDIR/cluster)")
+    c.add_argument("--count-insns", action="store_true",
+                   help="count what each guest executes (as `ukl run --count-insns`; TCG only) into the log "
+                   "directory, as nodeI.insns.json")
     c.add_argument("-v", "--verbose", action="store_true", help="show every node's kernel messages")
     c.add_argument("args", nargs="*", metavar="ARGS", help="the application's arguments, the same on every node "
                    "(put them after --)")
@@ -85,14 +88,15 @@ def cmd_cluster(a: argparse.Namespace) -> int:
     log_dir = a.log_dir or a.outdir / "cluster"
     args = a.args or list(man.args)
     ui.info(f"{a.nodes} nodes of {a.outdir} ({man.config}) on {netns.BRIDGE_NET}.0/24; logs: {log_dir}")
-    res = cluster.run(a.outdir, a.nodes, log_dir, run_args(a), args)
+    res = cluster.run(a.outdir, a.nodes, log_dir, run_args(a), args, count_insns=a.count_insns)
     for i, code in enumerate(res.codes):
         if i in res.stopped:
             state = "stopped (another node failed)"
         else:
             state = f"exit {code}"
-        ui.err.print(f"ukl: node {i} ({netns.node_address(i)}): {state}; log {cluster.node_log(log_dir, i)}",
-                     markup=False)
+        counted = f"; instructions {cluster.node_insns(log_dir, i)}" if a.count_insns else ""
+        ui.err.print(f"ukl: node {i} ({netns.node_address(i)}): {state}; log {cluster.node_log(log_dir, i)}"
+                     f"{counted}", markup=False)
     if res.failed is not None:
         ui.err.print(f"[bold red]ukl: node {res.failed} failed[/] (status {res.codes[res.failed]}); "
                      f"see {cluster.node_log(log_dir, res.failed)}")

@@ -13,6 +13,7 @@ from ukltool.build import image, initramfs
 from ukltool.cli.cluster import recipe_nodes
 from ukltool.cli.common import add_command, boot_opts, forward_arg, icount_option, option_list, timeout_option
 from ukltool.linux import kernel, profiles
+from ukltool.plugin import insnclass
 from ukltool.run import cores, netns, remote, vm
 from ukltool.util import ui
 from ukltool.util.errors import UklError
@@ -82,6 +83,10 @@ def run_parser(sub: argparse._SubParsersAction) -> None:
                    "printed (docs/guide/debugging.md); not with --pid1")
     r.add_argument("--log", type=Path, help="console log file (default OUTDIR/console.log)")
     r.add_argument("-v", "--verbose", action="store_true", help="show the kernel's boot messages")
+    r.add_argument("--count-insns", type=Path, metavar="FILE",
+                   help="count what the guest executes with ukl's QEMU plugin (TCG only) and write its JSON "
+                   "report to FILE: instructions per class, in all and per region the guest's code marks "
+                   "(guest/bench/region.h), each region counting every vCPU")
     g = r.add_argument_group("network")
     g.add_argument("--forward", action="append", type=forward_arg, default=[], metavar="HOST:GUEST",
                    help="forward 127.0.0.1:HOST on the host to GUEST in the guest (TCP)")
@@ -204,6 +209,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         check_pid1_run(a, man, sh, forwards)
     if a.core is not None:
         check_core_run(a, man)
+    plugins = [] if a.count_insns is None else [count_insns_option(a.count_insns)]
     append = list(a.append)
     if a.opts is not None:
         opts = boot_opts(a.opts, man, a.outdir)
@@ -221,7 +227,8 @@ def cmd_run(a: argparse.Namespace) -> int:
                                  remote_idle_us=a.remote_idle_us, remote_notify=a.remote_notify,
                                  side_dir=a.outdir, machine=a.machine, direct=a.direct,
                                  pid1=f"/ukl/{man.app}" if a.pid1 else None, pid1_args=list(app_args),
-                                 initramfs=not a.no_initramfs, core_disk=disk, mac=a.mac, config=man.config))
+                                 initramfs=not a.no_initramfs, core_disk=disk, mac=a.mac, config=man.config,
+                                 plugins=plugins))
         if disk is not None:
             show_cores(disk, a.core, man, a.outdir)
     if res.failures:
@@ -235,6 +242,18 @@ def cmd_run(a: argparse.Namespace) -> int:
     elif res.status is None:
         ui.err.print(f"[bold red]ukl: the VM ended without reporting a status[/] (log: {log})")
     return res.code
+
+
+def count_insns_option(report: Path) -> str:
+    """The plugin option for --count-insns REPORT: machine-wide regions.
+    REPORT is written as REPORT.partial and renamed, so it may not be a
+    folder or a special file."""
+    if not report.parent.is_dir():
+        raise UklError(f"--count-insns {report}: {report.parent} is not a directory", "make it first")
+    if report.is_symlink() or (report.exists() and not report.is_file()):
+        raise UklError(f"--count-insns {report}: it exists and is not a plain file",
+                       "name a new file, or a report written before")
+    return insnclass.option(insnclass.build(), report.resolve(), machine=True)
 
 
 def check_core_run(a: argparse.Namespace, man: image.Manifest) -> None:

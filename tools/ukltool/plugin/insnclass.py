@@ -34,13 +34,16 @@ def build(decoder_only: bool = False) -> Path:
                              "fix the source, or install the host compiler (`apt-get install gcc`)")
 
 
-def option(so: Path, report: Path, profile: bool = False) -> str:
+def option(so: Path, report: Path, profile: bool = False, machine: bool = False) -> str:
     """The -plugin argument for QEMU (vm.RunSpec.plugins): insnclass writing
     its report to REPORT (a comma in a QEMU option value is written twice);
-    PROFILE: with each region's executed blocks (insnprofile)."""
+    PROFILE: with each region's executed blocks (insnprofile); MACHINE: a
+    region counts what every vCPU executes between its begin and its end,
+    wherever each marker runs (not with PROFILE)."""
     def esc(p: Path) -> str:
         return str(p).replace(",", ",,")
-    return f"file={esc(so)},out={esc(report)}" + (",profile=on" if profile else "")
+    return (f"file={esc(so)},out={esc(report)}" + (",profile=on" if profile else "")
+            + (",machine=on" if machine else ""))
 
 
 # The plugin's classes (tools/qemu-plugin/insnclass.h); "other" costs 1 cycle,

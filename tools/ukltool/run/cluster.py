@@ -109,12 +109,15 @@ def node_env(i: int, nodes: int) -> list[str]:
             f"UKL_RANK={i}", f"UKL_HOSTS={hosts}"]
 
 
-def run_command(outdir: Path, i: int, nodes: int, log: Path, run_args: list[str], app_args: list[str]) -> list[str]:
+def run_command(outdir: Path, i: int, nodes: int, log: Path, run_args: list[str], app_args: list[str],
+                count_insns: bool = False) -> list[str]:
     """Node I's `ukl run`: it gets SIGTERM (and so stops its QEMU) if the
-    cluster's process dies without stopping it."""
+    cluster's process dies without stopping it. COUNT_INSNS: its
+    instructions are counted into node_insns() beside LOG."""
+    counted = ["--count-insns", str(node_insns(log.parent, i))] if count_insns else []
     return ["setpriv", "--pdeathsig", "TERM", str(REPO / "ukl"), "run", str(outdir), "--tap", netns.node_tap(i),
             "--mac", node_mac(i), "--log", str(log), *(f"--append={w}" for w in node_env(i, nodes)), *run_args,
-            "--", *app_args]
+            *counted, "--", *app_args]
 
 
 def node_log(log_dir: Path, i: int) -> Path:
@@ -122,13 +125,19 @@ def node_log(log_dir: Path, i: int) -> Path:
     return log_dir / f"node{i}.log"
 
 
+def node_insns(log_dir: Path, i: int) -> Path:
+    """Node I's instruction counts in LOG_DIR (`ukl run --count-insns`)."""
+    return log_dir / f"node{i}.insns.json"
+
+
 def node_files(log_dir: Path, i: int, outdir: Path | None = None) -> list[Path]:
     """What node I's `ukl run` writes: its console log in LOG_DIR, and its
     QEMU command line (LOG's stem + .cmd, run.vm.boot) in the image's
     directory OUTDIR, where `ukl run` puts it (and in LOG_DIR, where
     an earlier ukl put it)."""
-    log = node_log(log_dir, i)
-    return [log, log.with_suffix(".cmd"), *([outdir / f"{log.stem}.cmd"] if outdir is not None else [])]
+    log, insns = node_log(log_dir, i), node_insns(log_dir, i)
+    return [log, log.with_suffix(".cmd"), insns, insns.with_name(insns.name + ".partial"),
+            *([outdir / f"{log.stem}.cmd"] if outdir is not None else [])]
 
 
 def _refuse_linked_dir(log_dir: Path) -> None:
@@ -177,13 +186,16 @@ def _show(node: Node, data: bytes, flush: bool, show: bool) -> None:
 
 
 def run(outdir: Path, nodes: int, log_dir: Path, run_args: list[str], app_args: list[str],
-        show: bool = True, count_tcp: bool = False) -> ClusterResult:
+        show: bool = True, count_tcp: bool = False, count_insns: bool = False) -> ClusterResult:
     """Boot NODES guests of OUTDIR (a build result) on a private bridge;
     RUN_ARGS: options for each `ukl run`; their console logs go to LOG_DIR;
-    COUNT_TCP: count the TCP segments between the guests."""
+    COUNT_TCP: count the TCP segments between the guests; COUNT_INSNS:
+    count each guest's instructions into node_insns(LOG_DIR, I)."""
     if not 2 <= nodes <= MAX_NODES:
         raise UklError(f"--nodes {nodes}: a cluster has 2 to {MAX_NODES} nodes", "for example --nodes 3")
     prepare_logs(log_dir, nodes, outdir)
+    for i in range(nodes):   # a report left from an earlier run is never read as this one's
+        node_insns(log_dir, i).unlink(missing_ok=True)
     if count_tcp:
         need_tool("nft", "nftables")
     need_tool("setpriv", "util-linux")
@@ -191,11 +203,11 @@ def run(outdir: Path, nodes: int, log_dir: Path, run_args: list[str], app_args: 
     # command file into the image's directory
     with lock.held(f"cluster-{hashlib.sha256(str(outdir.resolve()).encode()).hexdigest()[:12]}",
                    f"the image {outdir}"):
-        return _run(outdir, nodes, log_dir, run_args, app_args, show, count_tcp)
+        return _run(outdir, nodes, log_dir, run_args, app_args, show, count_tcp, count_insns)
 
 
 def _run(outdir: Path, nodes: int, log_dir: Path, run_args: list[str], app_args: list[str], show: bool,
-         count_tcp: bool) -> ClusterResult:
+         count_tcp: bool, count_insns: bool) -> ClusterResult:
     start = time.monotonic()
     counted: tuple[int, int] | None = None
     with netns.private_network(bridged=nodes) as ns:
@@ -205,7 +217,7 @@ def _run(outdir: Path, nodes: int, log_dir: Path, run_args: list[str], app_args:
         try:
             for i in range(nodes):
                 log = node_log(log_dir, i)
-                proc = subprocess.Popen(ns.exec(run_command(outdir, i, nodes, log, run_args, app_args)),
+                proc = subprocess.Popen(ns.exec(run_command(outdir, i, nodes, log, run_args, app_args, count_insns)),
                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, start_new_session=True)
                 running.append(Node(i, netns.node_address(i), proc, log))
