@@ -127,6 +127,12 @@ static int case_memory(void)
 	/* the image's own addresses pass only while the buffer stays in it */
 	say("write(rodata, 128 TiB) = %ld\n", sys(__NR_write, 1, rodata_msg, 1UL << 47));
 	say("write(past the user top) = %ld\n", sys(__NR_write, 1, 0x7ffffffff000UL - 8, 16));
+	/* past the constants' end: under UKL the image's padding, which the
+	 * kernel has freed, so EFAULT; a plain process's access_ok() checks
+	 * only the user top, and /dev/null reads nothing */
+	r = sys(__NR_open, "/dev/null", 1 /* O_WRONLY */);
+	say("write(rodata and 1 MiB on) = %ld\n", sys(__NR_write, r, rodata_msg, 1L << 20));
+	sys(__NR_close, r);
 	sys(__NR_lseek, fd, 0, 0);
 	say("read(kernel data) = %ld\n", sys(__NR_read, fd, 0xffff888000100000UL, 4));
 	/* get_user() and put_user() of 4 and 8 bytes on the image and beyond */
@@ -341,6 +347,8 @@ static int run(int argc, char **argv, char **envp, unsigned long *auxv)
 		*(volatile int *)&constant = 2;
 		return constant;
 	}
+	if (seq(c, "past-const"))	/* under UKL the freed padding before the data */
+		return *(volatile const char *)(rodata_msg + (1L << 20));
 	if (seq(c, "divide"))
 		return divide(1, 0);
 	if (seq(c, "ud2"))

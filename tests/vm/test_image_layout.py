@@ -89,19 +89,25 @@ def test_the_orc_lookup_table_is_what_the_binary_searches_found(hello, tmp_path)
                       f"{got[wrong[0]]} != {expected[wrong[0]]}"
 
 
-def test_the_padding_after_the_application_bss_is_freed(hello):
-    """ukl_init() frees the rest of the 2 MiB after the application's last
-    page, and nothing else of the image; the kernel's .bss ends at the page
-    after its last object."""
+def test_the_padding_around_the_application_data_is_freed(hello):
+    """ukl_init() frees the rest of the 2 MiB before the application's data
+    (after its constants) and after its last page, and nothing else of the
+    image; the kernel's .bss ends at the page after its last object. The
+    kernel's own 2 MiB alignment gaps are freed before the initcalls
+    (0004), not after them with the init memory."""
     res = ukl("run", hello, "--append", "ignore_loglevel", "--", "x")
     assert res.returncode == 0, res.stdout
     assert_clean(hello / "console.log")
     log = (hello / "console.log").read_text(errors="replace")
-    s = vmlinux_symbols(hello, "__bss_stop", "__start_bss_decrypted", "__end_bss_decrypted")
+    s = vmlinux_symbols(hello, "__bss_stop", "__start_bss_decrypted", "__end_bss_decrypted", "__ukl_rodata_end",
+                        "__ukl_data_start")
     pad = ukl_bss_padding(hello)
-    assert pad > 0, pad  # hello's data is far smaller than 2 MiB
+    before = s["__ukl_data_start"] - (s["__ukl_rodata_end"] + PAGE - 1) // PAGE * PAGE
+    assert pad > 0 and before > 0, (pad, before)  # hello's constants and data are far smaller than 2 MiB
     freed = re.findall(r"Freeing unused kernel image \((UKL [^)]*)\) memory: (\d+)K", log)
-    assert freed == [("UKL bss padding", str(pad // 1024))], freed
+    assert freed == [("UKL data padding", str(before // 1024)), ("UKL bss padding", str(pad // 1024))], freed
+    order = [m.group(1) for m in re.finditer(r"Freeing unused kernel image \(([^)]*)\) memory", log)]
+    assert order.index("text/rodata gap") < order.index("rodata/data gap") < order.index("initmem"), order
     assert s["__start_bss_decrypted"] == s["__end_bss_decrypted"]
     assert s["__bss_stop"] - s["__end_bss_decrypted"] < PAGE, "the kernel's .bss still ends in a 2 MiB pad"
 
