@@ -110,7 +110,7 @@ def vmlinux_symbols(image: Path, *names: str) -> dict[str, int]:
 def ukl_bss_padding(image: Path) -> int:
     """The bytes from the page after the application's bss to the next
     2 MiB boundary in a UKL IMAGE's kernel, which boot neither clears nor
-    keeps (kernel patch 0016)."""
+    keeps (kernel patch 0017)."""
     end = vmlinux_symbols(image, "__ukl_data_end")["__ukl_data_end"]
     return -(-end // (2 << 20)) * (2 << 20) - -(-end // 4096) * 4096
 

@@ -347,8 +347,14 @@ static int run(int argc, char **argv, char **envp, unsigned long *auxv)
 		*(volatile int *)&constant = 2;
 		return constant;
 	}
-	if (seq(c, "past-const"))	/* under UKL the freed padding before the data */
-		return *(volatile const char *)(rodata_msg + (1L << 20));
+	if (seq(c, "read") && argc > 2) {	/* read ADDR (hexadecimal) */
+		unsigned long a = 0;
+
+		for (const char *d = argv[2]; *d; d++)
+			a = a * 16 + (*d <= '9' ? *d - '0' : (*d | 0x20) - 'a' + 10);
+		(void)*(volatile const char *)a;
+		return 0;
+	}
 	if (seq(c, "divide"))
 		return divide(1, 0);
 	if (seq(c, "ud2"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import ALL_CONFIGS, REPO, assert_clean, build, ukl
+from conftest import ALL_CONFIGS, REPO, assert_clean, build, ukl, vmlinux_symbols
 
 SRC = REPO / "tests" / "apps" / "ukl_base.c"
 CONFIGS = ALL_CONFIGS
@@ -27,7 +27,7 @@ def run(image, *args, smp="1"):
 
 # Cases that need no boot of their own: one boot per configuration runs
 # them all from a shell, each as its own process with its exit status.
-FAULTS = {"null": 139, "wild": 139, "kernel-hole": 139, "const": 139, "past-const": 139, "divide": 136, "ud2": 132,
+FAULTS = {"null": 139, "wild": 139, "kernel-hole": 139, "const": 139, "divide": 136, "ud2": 132,
           "int3": 133, "overflow": 139}
 BATCHED = ["memory", "ifunc", "stack", "thread", "preempt", "signals", "fork", *FAULTS]
 
@@ -85,6 +85,22 @@ def test_memory_and_pointers_into_the_image(batch):
     config = batch[0]
     want = "1048576" if config == "linux" else "-14"
     assert f"write(rodata and 1 MiB on) = {want}" in stdout, stdout
+
+
+@pytest.mark.parametrize("image", [c for c in CONFIGS if c != "linux"], indirect=True)
+def test_the_padding_after_the_constants_faults(image):
+    """The kernel frees the image's padding between the application's
+    constants and its data, and unmaps it (kernel patch 0017): reading its
+    first page is SIGSEGV, as reading past the end of an ordinary
+    process's segment, not a read of the page allocator's memory."""
+    config, out = image
+    s = vmlinux_symbols(out, "__ukl_rodata_end", "__ukl_data_start")
+    pad = -(-s["__ukl_rodata_end"] // 4096) * 4096
+    assert pad < s["__ukl_data_start"], s   # the constants do not end on a 2 MiB boundary
+    for addr, status in ((s["__ukl_rodata_end"] - 1, 0), (pad, 139)):
+        res = ukl("run", out, "--smp", "1", "--timeout", "90", "--", "read", f"{addr:x}")
+        assert res.returncode == status, (hex(addr), res.stdout[-2000:])
+    assert_clean(out / "console.log")
 
 
 def test_ifunc_relocations_are_linked_and_applied(batch):
