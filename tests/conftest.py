@@ -99,6 +99,19 @@ def build(src: Path | list[Path], config: str, out: Path, *extra: str) -> Path:
     return out
 
 
+def fake_image(tmp_path: Path) -> Path:
+    """A build result's files, enough for `ukl run`'s checks (a base
+    image whose kernel and initramfs are empty): TMP_PATH/out."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "manifest.json").write_text(
+        '{"config": "base", "app": "a", "vmlinux": "/nonexistent/vmlinux", "kernel_release": "r", '
+        '"kernel_key": "k", "linux_version": "v", "schema": 2, "userspace": false, "args": [], "forwards": []}')
+    (out / "bzImage").write_bytes(b"")
+    (out / "initramfs.cpio").write_bytes(b"")
+    return out
+
+
 def vmlinux_symbols(image: Path, *names: str) -> dict[str, int]:
     """The addresses of NAMES in the vmlinux IMAGE was built with."""
     from ukltool.bench.bootbench import symbol_address

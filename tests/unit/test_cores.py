@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import fake_image
 from ukltool import cli
 from ukltool.build import protocol
 from ukltool.run import cores, vm
@@ -91,21 +92,10 @@ def test_init_uses_the_protocol_s_names():
     assert 'put(disk, len, sizeof(len))' in init and "uint32_t len[2]" in init and "uint64_t size" in init
 
 
-def _image(tmp_path: Path) -> Path:
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "manifest.json").write_text(
-        '{"config": "base", "app": "a", "vmlinux": "/nonexistent/vmlinux", "kernel_release": "r", '
-        '"kernel_key": "k", "linux_version": "v", "schema": 2, "userspace": false, "args": [], "forwards": []}')
-    (out / "bzImage").write_bytes(b"")
-    (out / "initramfs.cpio").write_bytes(b"")
-    return out
-
-
 @pytest.mark.parametrize("extra,refused", [(["--pid1"], "--core needs ukl's init"),
                                            (["--core", "FILE"], "exists and is not a directory")])
 def test_run_refuses_core_where_it_cannot_work(capsys, tmp_path, extra, refused):
-    out = _image(tmp_path)
+    out = fake_image(tmp_path)
     (tmp_path / "FILE").write_text("x")
     argv = ["run", str(out), *[str(tmp_path / "FILE") if e == "FILE" else e for e in extra]]
     if "--core" not in argv:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import fake_image
 from ukltool import cli
 from ukltool.build import initramfs, protocol
 from ukltool.cli import bench as cli_bench
@@ -580,13 +581,7 @@ def test_cluster_nodes_get_an_address_a_rank_and_their_peers():
                                            ("adir", "exists and is not a plain file"),
                                            ("link.json", "exists and is not a plain file")])
 def test_run_refuses_an_instruction_report_it_cannot_write(capsys, tmp_path, where, refused):
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "manifest.json").write_text(
-        '{"config": "base", "app": "a", "vmlinux": "/nonexistent/vmlinux", "kernel_release": "r", '
-        '"kernel_key": "k", "linux_version": "v", "schema": 2, "userspace": false, "args": [], "forwards": []}')
-    (out / "bzImage").write_bytes(b"")
-    (out / "initramfs.cpio").write_bytes(b"")
+    out = fake_image(tmp_path)
     (tmp_path / "adir").mkdir()
     (tmp_path / "victim").write_text("x")
     (tmp_path / "link.json").symlink_to(tmp_path / "victim")
