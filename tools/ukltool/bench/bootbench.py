@@ -495,9 +495,11 @@ def boot_once(outdir: Path, man: image.Manifest, icount: bool, memory: int, time
 # The kernel's boot line (mm/page_alloc.c, mem_init_print_info()), with -v
 MEMORY_LINE = re.compile(r"Memory: (\d+)K/(\d+)K available \((\d+)K kernel code, (\d+)K rwdata, (\d+)K rodata, "
                          r"(\d+)K init, (\d+)K bss, (\d+)K reserved, (\d+)K cma-reserved\)")
-# x86-64's vmemmap maps struct pages in 2 MiB blocks, one for each 128 MiB
-# section of memory (64-byte struct pages for 32,768 pages)
-VMEMMAP_SECTION_KIB, VMEMMAP_BLOCK_KIB = 128 * 1024, 2048
+# SPARSEMEM keeps the struct pages of each 128 MiB section of memory, present
+# or not, in one 2 MiB block (64-byte struct pages for 32,768 pages); with
+# SPARSEMEM_VMEMMAP the block is mapped, without it (our configurations) it
+# is one aligned allocation
+MEMMAP_SECTION_KIB, MEMMAP_BLOCK_KIB = 128 * 1024, 2048
 MEMORY_PARTS = ("firmware, holes", "kernel code", "rodata", "rwdata", "bss", "struct pages", "other reserved",
                 "slab", "page tables", "kernel stacks", "root fs files", "page cache", "app anonymous", "other",
                 "free")
@@ -538,7 +540,7 @@ def memory_breakdown(console: str, memory_mib: int) -> dict[str, int]:
     _avail, present, code, rwdata, rodata, _init, bss, _reserved, _cma = (int(g) for g in m.groups())
     pad = sum(int(x) for x in FREED_PAD.findall(console))
     total = info["MemTotal"]
-    struct_pages = -(-present // VMEMMAP_SECTION_KIB) * VMEMMAP_BLOCK_KIB
+    struct_pages = -(-present // MEMMAP_SECTION_KIB) * MEMMAP_BLOCK_KIB
     kept = present - total
     bss_kept = max(0, bss - pad)
     # ramfs (a kernel without TMPFS) keeps its files as unevictable page
@@ -968,8 +970,9 @@ def memory_section(report: Report) -> list[str]:
            "`/proc/meminfo` (`ukl_meminfo=1`): after a server's first answer, else when the program has ended. "
            "In MiB, parts that add up to the `-m` given: what the firmware keeps (and the holes it leaves); what "
            "stays reserved, the present memory less MemTotal: the kernel image as the kernel's `Memory:` line "
-           "counts it (code, rodata, rwdata, bss less the UKL padding it frees), struct pages (x86-64's vmemmap: "
-           "a 2 MiB block for each 128 MiB section), and the rest of memblock's reservations (early page tables, "
+           "counts it (code, rodata, rwdata, bss less the UKL padding it frees), struct pages (SPARSEMEM's "
+           "2 MiB block for each 128 MiB section, however much of it is present), and the rest of memblock's "
+           "reservations (early page tables, "
            "the first per-CPU chunk, ...); then MemTotal by use: slab, page tables, kernel stacks, the root file "
            "system's files (the unpacked initramfs, /tmp), the page cache, the application's anonymous memory "
            "(a server's, while it runs; a program's is gone when it has ended), what the kernel allocated "
