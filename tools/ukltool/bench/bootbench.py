@@ -495,8 +495,8 @@ def boot_once(outdir: Path, man: image.Manifest, icount: bool, memory: int, time
 # The kernel's boot line (mm/page_alloc.c, mem_init_print_info()), with -v
 MEMORY_LINE = re.compile(r"Memory: (\d+)K/(\d+)K available \((\d+)K kernel code, (\d+)K rwdata, (\d+)K rodata, "
                          r"(\d+)K init, (\d+)K bss, (\d+)K reserved, (\d+)K cma-reserved\)")
-# SPARSEMEM keeps the struct pages of each 128 MiB section of memory, present
-# or not, in one 2 MiB block (64-byte struct pages for 32,768 pages); with
+# SPARSEMEM keeps the struct pages of each 128 MiB section that has memory,
+# however much of it is present, in one 2 MiB block (64-byte struct pages for 32,768 pages); with
 # SPARSEMEM_VMEMMAP the block is mapped, without it (our configurations) it
 # is one aligned allocation
 MEMMAP_SECTION_KIB, MEMMAP_BLOCK_KIB = 128 * 1024, 2048
