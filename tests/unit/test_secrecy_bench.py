@@ -57,6 +57,19 @@ def test_the_slowest_runs_are_dropped_and_the_report_compares_with_the_baseline(
     assert (tmp_path / "s.png").stat().st_size > 1000
 
 
+def test_a_single_run_per_point_says_it_has_no_spread():
+    rep = sb.Report("host", ["linux"], [(8192, "block")], 1, 0, {"linux": "6.1"},
+                    {"linux": "5 checks passed; opened results the same as linux"})
+    p = sb.Point("linux", 8192, "block")
+    p.runs = [sb.parse_run([["TEST X: OK.", "8192\tGROUP-BY\t580.0", stats(0)], [stats(1)], [stats(2)]],
+                           583.0, 100, 1000, 8192)]
+    rep.points.append(p)
+    md = sb.markdown(rep, None, "./ukl bench secrecy --rows 8192 --repeat 1")
+    assert "1 run (no standard deviation between runs)" in md and "1 runs" not in md
+    rep.repeat, rep.drop = 20, 2
+    assert "20 runs, the slowest 2 dropped" in sb.markdown(rep, None, "./ukl bench secrecy")
+
+
 def test_bad_cases_are_refused_before_any_work():
     with pytest.raises(UklError, match="power of two"):
         sb.run(["linux"], [(100, "block")], 1, 60)

@@ -404,8 +404,10 @@ def markdown(report: Report, plot_path: Path | None, command: str) -> str:
              reporting.generated_by(command), "",
              f"Host: {report.machine}. Kernels: " + ", ".join(f"{c} {k}" for c, k in report.kernels.items()) + ". "
              f"Accelerator: {report.accel or 'not recorded'}.",
-             f"Each point: `exp_group_by ROWS {BATCH}` on three guests (`ukl cluster`), {report.repeat} runs, the "
-             f"slowest {report.drop} dropped (a tenth: none below 10 runs); the configurations interleaved. "
+             f"Each point: `exp_group_by ROWS {BATCH}` on three guests (`ukl cluster`), "
+             + ("1 run (no standard deviation between runs); " if report.repeat == 1 else
+                f"{report.repeat} runs, the slowest {report.drop} dropped (a tenth: none below 10 runs); ")
+             + "the configurations interleaved. "
              "Waits: MPI_Recv, MPI_Wait and MPI_Waitall calls (those waiting for an MPI_Isend to end "
              "included); sends: MPI_Send and MPI_Isend; sleeps: the party's voluntary context switches.", ""]
     if report.model:
