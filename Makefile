@@ -158,7 +158,7 @@ results-secrecy: setup
 		--markdown docs/results/results-secrecy.md --plot docs/results/results-secrecy.png
 
 # The paper's largest point (10,000 rows; Secrecy needs a power of two): one
-# counted run per configuration, about 70 minutes under TCG on 2 cores.
+# counted run per configuration, about 50 minutes under TCG on 2 cores.
 .PHONY: results-secrecy-large
 results-secrecy-large: setup
 	./ukl bench secrecy --rows 8192 --repeat 1 --count-insns --timeout 3600 \

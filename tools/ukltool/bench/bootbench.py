@@ -496,9 +496,9 @@ def boot_once(outdir: Path, man: image.Manifest, icount: bool, memory: int, time
 MEMORY_LINE = re.compile(r"Memory: (\d+)K/(\d+)K available \((\d+)K kernel code, (\d+)K rwdata, (\d+)K rodata, "
                          r"(\d+)K init, (\d+)K bss, (\d+)K reserved, (\d+)K cma-reserved\)")
 # SPARSEMEM keeps the struct pages of each 128 MiB section that has memory,
-# however much of it is present, in one 2 MiB block (64-byte struct pages for 32,768 pages); with
-# SPARSEMEM_VMEMMAP the block is mapped, without it (our configurations) it
-# is one aligned allocation
+# however much of it is present, in one 2 MiB block (64-byte struct pages
+# for 32,768 pages); with SPARSEMEM_VMEMMAP the block is mapped, without it
+# (our configurations) it is one 2 MiB-aligned allocation
 MEMMAP_SECTION_KIB, MEMMAP_BLOCK_KIB = 128 * 1024, 2048
 MEMORY_PARTS = ("firmware, holes", "kernel code", "rodata", "rwdata", "bss", "struct pages", "other reserved",
                 "slab", "page tables", "kernel stacks", "root fs files", "page cache", "app anonymous", "other",
