@@ -1,21 +1,24 @@
 """Every generated report under docs/results/ is written by a make target
 (issue 48): the output of a `--json`, `--markdown` or `--plot` option in
 the Makefile, or written beside one by the command that writes it (a
-`--plot FILE.png` of `ukl bench apps` also writes FILE-latency.png; a
-`--json FILE.json` of the wall-time benches also writes FILE-runs.json).
-A report nobody can regenerate is a defect."""
+`--plot FILE.png` of `ukl bench apps` also writes FILE-latency.png; an
+earlier ukl wrote a wall-time bench's runs beside its `--json FILE.json`
+as FILE-runs.json, which the bench still reads). A report nobody can
+regenerate is a defect."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+from ukltool.bench import appbench
+
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "docs" / "results"
 
-# what a command writes beside a file it is given: suffix of the given
-# file -> suffixes of the extra files'
-BESIDE = {".png": ("-latency.png",), ".json": ("-runs.json",)}
+# the name hostbench.load_json() reads a wall-time report's runs from,
+# beside its --json FILE, where an earlier ukl wrote them
+RUNS_SUFFIX = "-runs.json"
 
 # outputs of a make target that has not been run since it was added; an
 # entry must be dropped once its file is committed
@@ -32,8 +35,10 @@ def makefile_outputs(text: str | None = None) -> set[str]:
 def written(outputs: set[str]) -> set[str]:
     out = set(outputs)
     for name in outputs:
-        stem, ext = name.rsplit(".", 1)
-        out.update(stem + extra for extra in BESIDE.get("." + ext, ()))
+        if name.endswith(".png"):
+            out.add(appbench.latency_plot_file(Path(name)).name)
+        elif name.endswith(".json"):
+            out.add(name.removesuffix(".json") + RUNS_SUFFIX)
     return out
 
 
