@@ -1,10 +1,10 @@
 """Every generated report under docs/results/ is written by a make target
 (issue 48): the output of a `--json`, `--markdown` or `--plot` option in
 the Makefile, or written beside one by the command that writes it (a
-`--plot FILE.png` of `ukl bench apps` also writes FILE-latency.png; an
-earlier ukl wrote a wall-time bench's runs beside its `--json FILE.json`
-as FILE-runs.json, which the bench still reads). A report nobody can
-regenerate is a defect."""
+`--plot FILE.png` of `ukl bench apps` also writes FILE-latency.png). A
+report nobody can regenerate is a defect: an earlier ukl's FILE-runs.json
+beside a wall-time bench's `--json FILE.json`, which `--from-json` still
+reads, is one, as no command writes it now."""
 
 from __future__ import annotations
 
@@ -15,10 +15,6 @@ from ukltool.bench import appbench
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "docs" / "results"
-
-# the name hostbench.load_json() reads a wall-time report's runs from,
-# beside its --json FILE, where an earlier ukl wrote them
-RUNS_SUFFIX = "-runs.json"
 
 # outputs of a make target that has not been run since it was added; an
 # entry must be dropped once its file is committed
@@ -37,8 +33,6 @@ def written(outputs: set[str]) -> set[str]:
     for name in outputs:
         if name.endswith(".png"):
             out.add(appbench.latency_plot_file(Path(name)).name)
-        elif name.endswith(".json"):
-            out.add(name.removesuffix(".json") + RUNS_SUFFIX)
     return out
 
 
@@ -68,4 +62,4 @@ def test_only_output_options_count() -> None:
 
 
 def test_beside_rule() -> None:
-    assert written({"a.png", "b.json", "c.md"}) == {"a.png", "a-latency.png", "b.json", "b-runs.json", "c.md"}
+    assert written({"a.png", "b.json", "c.md"}) == {"a.png", "a-latency.png", "b.json", "c.md"}
